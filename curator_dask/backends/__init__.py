@@ -1,0 +1,5 @@
+"""Execution backends."""
+
+from curator_dask.backends.base import BaseExecutor, NodeInfo, WorkerMetadata
+
+__all__ = ["BaseExecutor", "NodeInfo", "WorkerMetadata"]

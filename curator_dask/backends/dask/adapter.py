@@ -1,0 +1,137 @@
+"""``StageAdapter``: one stage call in the contract's order of operations (CONTRACT §7.2).
+
+This is the only place that assigns task ids at stage boundaries. It imports no Dask, so the
+same code runs on the driver (source stage) and on workers (everything after it).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from curator_dask import lineage
+from curator_dask.errors import StageError
+from curator_dask.stages.base import ProcessingStage
+from curator_dask.tasks import NoneTask, StagePerfStats, Task
+
+
+@dataclass
+class StageCount:
+    """What one stage did in a run: calls, tasks and items in and out, filtered, failed, time.
+
+    Example:
+        >>> a = StageCount(calls=1, tasks_in=1, tasks_out=2)
+        >>> a.merge(StageCount(calls=1, tasks_in=1, tasks_out=0, filtered=1)).tasks_out
+        2
+    """
+
+    calls: int = 0
+    tasks_in: int = 0
+    tasks_out: int = 0
+    items_in: int = 0
+    items_out: int = 0
+    filtered: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+    def merge(self, other: StageCount) -> StageCount:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+
+def _items(tasks: Sequence[Task]) -> int:
+    total = 0
+    for t in tasks:
+        try:
+            total += int(t.num_items)
+        except Exception:  # noqa: BLE001 (a custom task without a usable size counts as 0)
+            continue
+    return total
+
+
+class StageAdapter:
+    """Wraps a stage: calls ``process_batch``, assigns ids, strips sentinels, records stats.
+
+    Example:
+        >>> from curator_dask.stages.base import ProcessingStage
+        >>> from curator_dask.tasks import FileGroupTask
+        >>> class Split(ProcessingStage):
+        ...     name = "split"
+        ...     def process(self, task):
+        ...         return [FileGroupTask(dataset_name="d", data=[p]) for p in task.data]
+        >>> parent = FileGroupTask(dataset_name="d", data=["a", "b"])
+        >>> parent._set_task_id("0", "x")
+        >>> [t.task_id for t in StageAdapter(Split()).process_batch([parent])]
+        ['0_x_0', '0_x_1']
+    """
+
+    def __init__(self, stage: ProcessingStage) -> None:
+        self.stage = stage
+
+    def process_batch(self, tasks: list[Task], count: StageCount | None = None) -> list[Task]:
+        """Process one batch; add what happened to ``count`` when given."""
+        stage = self.stage
+        start = time.perf_counter()
+        try:
+            results = list(stage.process_batch(tasks))
+        except Exception as exc:
+            raise StageError(
+                stage.name, [t.task_id for t in tasks], f"{type(exc).__name__}: {exc}",
+                traceback.format_exc(),
+            ) from exc
+        elapsed = time.perf_counter() - start
+        results = [NoneTask() if r is None else r for r in results]
+        lineage.assign_task_ids(tasks, results, is_source=stage.is_source_stage)
+        n_failed = sum(1 for r in results if lineage.is_failed_task(r))
+        n_filtered = sum(1 for r in results if lineage.is_none_task(r))
+        if stage.is_source_stage and n_failed:
+            msg = f"Source stage {stage.name} emitted FailedTask, which is not supported."
+            raise ValueError(msg)
+        # Later steps of CONTRACT §7.2 (failed-task markers, shard filter, completion
+        # deltas) hook in here, on `results` while sentinels are still in place.
+        results = [r for r in results if not lineage.is_sentinel(r)]
+        stats = StagePerfStats(
+            stage_name=stage.name,
+            process_time=elapsed,
+            num_items_processed=_items(tasks),
+            custom_metrics=stage._consume_custom_metrics(),
+        )
+        for r in results:
+            r.add_stage_perf(stats)
+        if count is None:
+            return results
+        c = count
+        c.calls += 1
+        c.tasks_in += len(tasks)
+        c.tasks_out += len(results)
+        c.items_in += stats.num_items_processed
+        c.items_out += _items(results)
+        c.filtered += n_filtered
+        c.failed += n_failed
+        c.seconds += elapsed
+        return results
+
+
+def run_stages(
+    adapters: Sequence[StageAdapter], batches: list[list[Task]]
+) -> tuple[list[list[Task]], list[StageCount]]:
+    """Run ``adapters`` in order over ``batches`` (tasks grouped by the call that made them).
+
+    Each stage slices every group into batches of ``batch_size`` (``None`` → 1); tasks made by
+    different upstream calls are never batched together. Returns the last stage's outputs,
+    grouped by the call that produced them, and one ``StageCount`` per adapter.
+    """
+    counts = [StageCount() for _ in adapters]
+    for adapter, count in zip(adapters, counts, strict=True):
+        size = adapter.stage.batch_size or 1
+        produced: list[list[Task]] = []
+        for group in batches:
+            for i in range(0, len(group), size):
+                out = adapter.process_batch(group[i : i + size], count)
+                if out:
+                    produced.append(out)
+        batches = produced
+    return batches, counts

@@ -1,0 +1,311 @@
+"""``DaskExecutor``: runs a built pipeline on Dask distributed, streaming source chains.
+
+The driver runs the head (stages up to the source) itself, then keeps at most
+``max_in_flight`` source chains in flight on the cluster, submitting the next chain as one
+finishes. A chain is one Dask task per fusion group, keyed ``<group>-<run>-<task_id>``. Payloads
+stay on the workers; the driver only receives the sink's output tasks and counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from curator_dask import config
+from curator_dask.backends.base import BaseExecutor
+from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.backends.dask.plan import ExecutionPlan, build_plan
+from curator_dask.errors import ResourceUnavailableError
+from curator_dask.stages.base import NodeInfo, WorkerMetadata
+from curator_dask.tasks import EmptyTask
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from curator_dask.stages.base import ProcessingStage
+    from curator_dask.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+
+class RunResult(list):
+    """The sink's output tasks (a plain list), plus what the run did.
+
+    Attributes:
+        stage_counts: ``[(stage name, StageCount), ...]`` in pipeline order.
+        num_sources: source tasks the head produced.
+        wall_time: seconds from the start of ``execute`` to its end.
+        dashboard_link: the Dask dashboard URL, when there was one.
+    """
+
+    stage_counts: list[tuple[str, StageCount]]
+    num_sources: int = 0
+    wall_time: float = 0.0
+    dashboard_link: str | None = None
+
+    def counts_table(self) -> list[dict[str, Any]]:
+        """One dict per stage, ready for ``pandas.DataFrame``."""
+        return [{"stage": name, **asdict(c)} for name, c in self.stage_counts]
+
+
+def _interactive() -> bool:
+    if "ipykernel" in sys.modules:
+        return True
+    return sys.stderr.isatty()
+
+
+class DaskExecutor(BaseExecutor):
+    """Runs pipelines on Dask: an embedded ``LocalCluster`` by default, or a given cluster.
+
+    Args:
+        address: scheduler address of a running cluster (``tcp://host:8786``).
+        client: an existing ``distributed.Client`` to use (it is not closed).
+        n_workers: worker processes of the embedded cluster (default: CPU count).
+        threads_per_worker: threads per embedded worker (default 1).
+        max_in_flight: source chains in flight (default: 2 x total worker threads).
+        fuse: fuse consecutive stages with equal resources (default: config, True).
+        progress: show a progress bar (default: only when interactive).
+        cluster_kwargs: extra ``LocalCluster`` keyword arguments (e.g. ``resources``).
+
+    Use it as a context manager to keep one embedded cluster across several runs.
+
+    Example:
+        >>> executor = DaskExecutor(n_workers=2, progress=False)
+        >>> executor.fuse
+        True
+    """
+
+    def __init__(
+        self,
+        config_: dict[str, Any] | None = None,
+        *,
+        address: str | None = None,
+        client: Client | None = None,
+        n_workers: int | None = None,
+        threads_per_worker: int | None = None,
+        max_in_flight: int | None = None,
+        fuse: bool | None = None,
+        progress: bool | None = None,
+        dashboard_address: str | None = None,
+        cluster_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(config_)
+        if address is not None and client is not None:
+            msg = "DaskExecutor: pass either address= or client=, not both"
+            raise ValueError(msg)
+        if max_in_flight is not None and max_in_flight < 1:
+            msg = f"DaskExecutor: max_in_flight must be at least 1, got {max_in_flight}"
+            raise ValueError(msg)
+        if n_workers is not None and n_workers < 1:
+            msg = f"DaskExecutor: n_workers must be at least 1, got {n_workers}"
+            raise ValueError(msg)
+        self.address = address
+        self._given_client = client
+        self.n_workers = config.get("local-cluster.n-workers", n_workers) or os.cpu_count() or 1
+        self.threads_per_worker = config.get("local-cluster.threads-per-worker", threads_per_worker)
+        self.max_in_flight = config.get("execution.max-in-flight", max_in_flight)
+        self.fuse = bool(config.get("execution.fuse", fuse))
+        self.progress = config.get("execution.progress", progress)
+        self.dashboard_address = config.get("local-cluster.dashboard-address", dashboard_address)
+        self.cluster_kwargs = dict(cluster_kwargs or {})
+        self._client: Client | None = None
+        self._cluster: Any = None
+        self._entered = False
+
+    # -- cluster lifecycle ------------------------------------------------------------------
+    def start(self) -> Client:
+        """Connect to (or start) the cluster; idempotent."""
+        if self._client is not None:
+            return self._client
+        from distributed import Client
+
+        from curator_dask.backends.dask.local import EmbeddedCluster
+
+        if self._given_client is not None:
+            self._client = self._given_client
+        elif self.address is not None:
+            self._client = Client(self.address)
+        else:
+            kwargs = {
+                "n_workers": self.n_workers,
+                "threads_per_worker": self.threads_per_worker,
+                "processes": True,
+                "host": config.get("local-cluster.host"),
+                "dashboard_address": self.dashboard_address,
+                **self.cluster_kwargs,
+            }
+            self._cluster = EmbeddedCluster(**kwargs)
+            self._client = Client(self._cluster.cluster)
+        timeout = config.get("cluster.wait-for-workers-timeout")
+        self._client.wait_for_workers(1, timeout=timeout)
+        link = getattr(self._client, "dashboard_link", None)
+        if link and self._dashboard_available():
+            logger.info("Dask dashboard: %s", link)
+        return self._client
+
+    def _dashboard_available(self) -> bool:
+        try:
+            return "dashboard" in self._client.scheduler_info().get("services", {})
+        except Exception:  # noqa: BLE001 (informational only)
+            return False
+
+    def close(self) -> None:
+        """Close the embedded cluster (a given client or address is only disconnected)."""
+        client, cluster = self._client, self._cluster
+        self._client = self._cluster = None
+        if client is not None and client is not self._given_client:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+    def __enter__(self) -> DaskExecutor:
+        self.start()
+        self._entered = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._entered = False
+        self.close()
+
+    # -- execution --------------------------------------------------------------------------
+    def execute(
+        self, stages: list[ProcessingStage], initial_tasks: list[Task] | None = None
+    ) -> RunResult:
+        """Run built ``stages`` and return the sink's outputs as a :class:`RunResult`."""
+        started = time.perf_counter()
+        plan = build_plan(stages, fuse=self.fuse)
+        run_id = uuid.uuid4().hex[:12]
+        counts: dict[int, StageCount] = {i: StageCount() for i in range(len(stages))}
+        client = self.start()
+        try:
+            self._check_resources(client, stages, plan)
+            sources = self._run_head(stages, plan, initial_tasks or [EmptyTask()], counts)
+            if plan.groups:
+                outputs = self._stream(client, run_id, stages, plan, sources, counts)
+            else:
+                outputs = sources
+        finally:
+            if not self._entered:
+                self.close()
+        result = RunResult(outputs)
+        result.stage_counts = [(s.name, counts[i]) for i, s in enumerate(stages)]
+        result.num_sources = len(sources)
+        result.wall_time = time.perf_counter() - started
+        result.dashboard_link = getattr(client, "dashboard_link", None)
+        logger.info(
+            "Finished %d sources in %.2f s: %d output tasks", len(sources), result.wall_time,
+            len(outputs),
+        )
+        return result
+
+    @staticmethod
+    def _check_resources(client: Client, stages: Sequence[ProcessingStage], plan: ExecutionPlan) -> None:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        offered = [w.get("resources") or {} for w in workers.values()]
+        for group in plan.groups:
+            need = group.resource_dict
+            if not need:
+                continue
+            if any(all(res.get(k, 0) >= v for k, v in need.items()) for res in offered):
+                continue
+            stage = stages[group.stage_indices[0]]
+            msg = (
+                f"Stage {stage.name!r} needs Dask worker resources {need}, but none of the "
+                f"{len(offered)} workers offers them (worker resources: "
+                f"{sorted({str(r) for r in offered})}). Start workers that have them, e.g. "
+                "`dask worker ... --resources GPU=1` or DaskExecutor(cluster_kwargs="
+                "{'resources': {'GPU': 1}}), or lower the stage's Resources."
+            )
+            raise ResourceUnavailableError(msg)
+
+    @staticmethod
+    def _run_head(
+        stages: Sequence[ProcessingStage],
+        plan: ExecutionPlan,
+        initial: list[Task],
+        counts: dict[int, StageCount],
+    ) -> list[Task]:
+        import socket
+
+        head = [stages[i] for i in plan.head]
+        node, meta = NodeInfo(node_id=socket.gethostname()), WorkerMetadata(worker_id="driver")
+        for stage in head:
+            stage.setup_on_node(node, meta)
+        for stage in head:
+            stage.setup(meta)
+        try:
+            batches, head_counts = run_stages([StageAdapter(s) for s in head], [list(initial)])
+        finally:
+            for stage in head:
+                stage.teardown()
+        for i, c in zip(plan.head, head_counts, strict=True):
+            counts[i].merge(c)
+        return [t for group in batches for t in group]
+
+    def _stream(
+        self,
+        client: Client,
+        run_id: str,
+        stages: Sequence[ProcessingStage],
+        plan: ExecutionPlan,
+        sources: list[Task],
+        counts: dict[int, StageCount],
+    ) -> list[Task]:
+        from distributed import as_completed
+        from tqdm.auto import tqdm
+
+        from curator_dask.backends.dask.worker import GroupResult, StageHost, run_group
+
+        host = StageHost(run_id, list(stages))
+        client.register_plugin(host, name=host.name)
+        threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
+        window = self.max_in_flight or max(1, 2 * threads)
+        show = _interactive() if self.progress is None else bool(self.progress)
+        bar = tqdm(total=len(sources), unit="source", desc="sources", disable=not show)
+        outputs: list[Task] = []
+        in_flight: set = set()
+        pending = iter(sources)
+        done = as_completed()
+
+        def submit_next() -> None:
+            task = next(pending, None)
+            if task is None:
+                return
+            previous: Any = GroupResult(batches=[[task]])
+            for group in plan.groups:
+                previous = client.submit(
+                    run_group, host.name, group.stage_indices, previous,
+                    key=f"{group.label}-{run_id[:8]}-{task.task_id}",
+                    resources=group.resource_dict or None, pure=False,
+                )
+            in_flight.add(previous)
+            done.add(previous)
+
+        try:
+            for _ in range(window):
+                submit_next()
+            for future in done:
+                in_flight.discard(future)
+                result: GroupResult = future.result()
+                future.release()
+                outputs.extend(result.tasks())
+                for i, c in result.counts.items():
+                    counts[i].merge(c)
+                bar.update(1)
+                submit_next()
+        except BaseException:
+            client.cancel(list(in_flight), force=True)
+            raise
+        finally:
+            bar.close()
+            try:
+                client.unregister_worker_plugin(host.name)
+            except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
+                logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
+        return outputs

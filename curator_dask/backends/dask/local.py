@@ -1,0 +1,65 @@
+"""Start the embedded ``LocalCluster`` without re-running the user's script in workers.
+
+Dask's worker processes start with ``multiprocessing``'s *spawn* method, which re-imports the
+parent's ``__main__`` module in each child. A notebook-style script such as NeMo Curator's
+``resume_demo.py`` calls ``pipeline.run()`` at module level with no ``if __name__ ==
+"__main__"`` guard, so every worker would start a pipeline of its own. Workers do not need
+``__main__``: cloudpickle ships classes and functions defined there by value. While an embedded
+cluster of ours is alive, its worker processes are therefore spawned without the main module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.spawn
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_WORKER_PROCESS_NAME = "Dask Worker process (from Nanny)"
+_lock = threading.Lock()
+_active = 0
+_original = multiprocessing.spawn.get_preparation_data
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    data = _original(name)
+    if _active and name == _WORKER_PROCESS_NAME:
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+@contextlib.contextmanager
+def workers_without_main() -> Iterator[None]:
+    """While active, Dask worker processes spawned by this process skip ``__main__``."""
+    global _active
+    with _lock:
+        multiprocessing.spawn.get_preparation_data = _preparation_data
+        _active += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
+
+
+class EmbeddedCluster:
+    """A ``LocalCluster`` whose worker processes never import the driver's ``__main__``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        from distributed import LocalCluster
+
+        self._guard = workers_without_main()
+        self._guard.__enter__()
+        try:
+            self.cluster = LocalCluster(**kwargs)
+        except BaseException:
+            self._guard.__exit__(None, None, None)
+            raise
+
+    def close(self) -> None:
+        try:
+            self.cluster.close()
+        finally:
+            self._guard.__exit__(None, None, None)

@@ -1,0 +1,88 @@
+"""``ExecutionPlan``: where each stage runs and which stages share a Dask task.
+
+Stages up to and including the source run on the driver (the "head": it discovers files and
+yields the source tasks). The rest are split into fusion groups: consecutive stages with equal
+Dask resources become one Dask task per source chain. Fusion changes no id and no count,
+because ids are still assigned at every stage boundary inside the group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from curator_dask.stages.base import ProcessingStage
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """Consecutive stages run in one Dask task, with the Dask resources they all need."""
+
+    index: int
+    stage_indices: tuple[int, ...]
+    stage_names: tuple[str, ...]
+    resources: tuple[tuple[str, float], ...]
+
+    @property
+    def label(self) -> str:
+        """A key prefix for the dashboard, e.g. ``jsonl_reader+jsonl_writer``."""
+        return "+".join(self.stage_names).replace("-", "_")
+
+    @property
+    def resource_dict(self) -> dict[str, float]:
+        return dict(self.resources)
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """The head (driver) stages and the fusion groups of a built pipeline.
+
+    Example:
+        >>> from curator_dask.stages.base import ProcessingStage
+        >>> class S(ProcessingStage):
+        ...     def __init__(self, name): self.name = name
+        >>> stages = [S("src"), S("a"), S("b")]
+        >>> stages[0].is_source_stage = True
+        >>> plan = build_plan(stages, fuse=True)
+        >>> plan.head, [g.stage_indices for g in plan.groups]
+        ((0,), [(1, 2)])
+    """
+
+    stage_names: tuple[str, ...]
+    head: tuple[int, ...]
+    groups: tuple[FusionGroup, ...]
+    fuse: bool
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+def _resource_key(stage: ProcessingStage) -> tuple[tuple[str, float], ...]:
+    return tuple(sorted(stage.resources.dask_resources().items()))
+
+
+def build_plan(stages: Sequence[ProcessingStage], *, fuse: bool) -> ExecutionPlan:
+    """Split built ``stages`` into the driver head and fusion groups."""
+    source = next((i for i, s in enumerate(stages) if s.is_source_stage), 0)
+    head = tuple(range(source + 1))
+    groups: list[list[int]] = []
+    for i in range(source + 1, len(stages)):
+        if fuse and groups and _resource_key(stages[groups[-1][-1]]) == _resource_key(stages[i]):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return ExecutionPlan(
+        stage_names=tuple(s.name for s in stages),
+        head=head,
+        groups=tuple(
+            FusionGroup(
+                index=n,
+                stage_indices=tuple(g),
+                stage_names=tuple(stages[i].name for i in g),
+                resources=_resource_key(stages[g[0]]),
+            )
+            for n, g in enumerate(groups)
+        ),
+        fuse=fuse,
+    )

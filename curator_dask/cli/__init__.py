@@ -1,0 +1,1 @@
+"""Command line interface (``python -m curator_dask``). Heavy imports happen inside commands."""

@@ -1,0 +1,124 @@
+"""``python -m curator_dask``: the command line.
+
+Exit codes: 0 success, 1 the pipeline failed, 2 usage or configuration error, 130 interrupted.
+Only argparse is imported at module level, so ``--help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A problem with the command line or the pipeline definition (exit code 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m curator_dask",
+        description="Run NeMo-Curator-style data-curation pipelines on Dask.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = sub.add_parser(
+        "run",
+        help="run a pipeline",
+        description=(
+            "Run a pipeline on an embedded LocalCluster (default) or a running scheduler. "
+            "PIPELINE is a YAML file (stages by import path, `_target_` plus keyword "
+            "arguments) or `file.py:function` / `module:function` returning a Pipeline."
+        ),
+    )
+    run.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
+    run.add_argument("--workers", type=int, metavar="N",
+                     help="worker processes of the embedded cluster (default: CPU count)")
+    run.add_argument("--threads-per-worker", type=int, metavar="N",
+                     help="threads per embedded worker (default: 1)")
+    run.add_argument("--address", metavar="ADDR",
+                     help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
+    run.add_argument("--checkpoint-path", metavar="PATH",
+                     help="resume from and record completed sources at PATH")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--no-fuse", action="store_true", help="one Dask task per stage")
+    run.add_argument("-v", "--verbose", action="count", default=0,
+                     help="more log output (-v: debug for curator_dask, -vv: also Dask)")
+    return parser
+
+
+def _configure_logging(verbose: int) -> None:
+    import logging
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose >= 2 else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    logging.getLogger("curator_dask").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def _print_summary(result) -> None:
+    rows = result.counts_table() if hasattr(result, "counts_table") else []
+    if not rows:
+        return
+    width = max(len(r["stage"]) for r in rows)
+    print(f"{'stage':<{width}}  {'tasks in':>9} {'tasks out':>9} {'items in':>10} "
+          f"{'items out':>10} {'seconds':>8}")
+    for r in rows:
+        print(f"{r['stage']:<{width}}  {r['tasks_in']:>9} {r['tasks_out']:>9} "
+              f"{r['items_in']:>10} {r['items_out']:>10} {r['seconds']:>8.2f}")
+    print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
+
+    for name in ("workers", "threads_per_worker"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.address and (args.workers or args.threads_per_worker):
+        raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
+                         "they cannot be combined with --address")
+    try:
+        pipeline = load_pipeline(args.pipeline)
+    except PipelineDefinitionError as exc:
+        raise UsageError(str(exc)) from None
+    from curator_dask.backends.dask import DaskExecutor
+
+    executor = DaskExecutor(
+        address=args.address,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        progress=False if args.no_progress else None,
+        fuse=False if args.no_fuse else None,
+    )
+    result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
+    _print_summary(result)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+    except UsageError as exc:
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 (the CLI reports every failure the same way)
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        print(f"{parser.prog} {args.command}: failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_USAGE

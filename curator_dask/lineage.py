@@ -1,0 +1,124 @@
+"""Task identity rules of NeMo Curator 1.4 (CONTRACT §1), in one pure module.
+
+Every id the package assigns comes from here: the executor's adapter, the writers' file names
+and the root ids of ``Pipeline.run``. This module imports neither Dask nor LMDB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from curator_dask.tasks import Task
+
+_SENTINEL_NAMES = {"NoneTask", "FailedTask", "EmptyTask", "SentinelTask"}
+
+
+def get_deterministic_hash(inputs: Iterable[str], seed: str = "") -> str:
+    """12 hex characters of ``sha256("|".join(sorted(inputs)) + "|" + seed)``.
+
+    Order does not matter, duplicates do.
+
+    Example:
+        >>> get_deterministic_hash(["a.parquet"])
+        '5ca81c9e2d3b'
+    """
+    combined = "|".join(sorted(inputs)) + "|" + seed
+    return hashlib.sha256(combined.encode()).hexdigest()[:12]
+
+
+def child_task_id(parent_task_id: str, suffix: str | int) -> str:
+    """``"<parent>_<suffix>"``, or ``str(suffix)`` when the parent id is empty (CONTRACT §1.2)."""
+    return f"{parent_task_id}_{suffix}" if parent_task_id else str(suffix)
+
+
+def source_id_of(task_id: str) -> str:
+    """The last ``_``-separated segment of a task id (CONTRACT §1.3)."""
+    return task_id.rsplit("_", 1)[-1]
+
+
+def random_task_id() -> str:
+    """An ``r`` id for an ambiguous M→K batch: ``"r"`` + 32 hex characters, no ``_``."""
+    return "r" + uuid.uuid4().hex
+
+
+def is_random_task_id(task_id: str) -> bool:
+    """True for an id made by :func:`random_task_id` (non-deterministic lineage)."""
+    return task_id.startswith("r")
+
+
+def is_none_task(task: object) -> bool:
+    """True for a ``NoneTask`` of this package or of ``nemo_curator`` (matched by class name)."""
+    return any(c.__name__ == "NoneTask" for c in type(task).__mro__)
+
+
+def is_failed_task(task: object) -> bool:
+    """True for a ``FailedTask`` of this package or of ``nemo_curator``."""
+    return any(c.__name__ == "FailedTask" for c in type(task).__mro__)
+
+
+def is_empty_task(task: object) -> bool:
+    """True for an ``EmptyTask`` of this package or of ``nemo_curator``."""
+    return any(c.__name__ == "EmptyTask" for c in type(task).__mro__)
+
+
+def is_sentinel(task: object) -> bool:
+    """True for any sentinel task (``SentinelTask`` and its subclasses, either package)."""
+    return any(c.__name__ in _SENTINEL_NAMES for c in type(task).__mro__)
+
+
+def assign_root_task_ids(initial_tasks: Sequence[Task]) -> None:
+    """Give user-supplied initial tasks the ids ``"0_<i>"`` (CONTRACT §1.7).
+
+    ``EmptyTask`` elements are skipped and keep ``"0"``, but still count in the index.
+    """
+    for i, task in enumerate(initial_tasks):
+        if not is_empty_task(task):
+            task._set_task_id("0", i)
+
+
+def assign_task_ids(inputs: Sequence[Task], outputs: Sequence[Task], *, is_source: bool) -> None:
+    """Assign lineage ids to ``outputs`` of one stage call, in place (CONTRACT §1.8).
+
+    - one input: ``"<parent>_<i>"`` per output (fan-out, 1:1, and source fan-out from the root,
+      where a source output uses ``get_deterministic_id()`` when it has one);
+    - N:N positional: ``"<parent_i>_0"`` (or the content id at a source stage);
+    - M→K with M > 1 and M ≠ K: ``"r" + uuid4().hex``.
+
+    Example:
+        >>> from curator_dask.tasks import EmptyTask, FileGroupTask
+        >>> out = [FileGroupTask(dataset_name="d", data=["a.parquet"])]
+        >>> assign_task_ids([EmptyTask()], out, is_source=True)
+        >>> out[0].task_id
+        '0_5ca81c9e2d3b'
+    """
+    if len(inputs) == 1:
+        parent_id = inputs[0].task_id
+        for i, task in enumerate(outputs):
+            suffix = (task.get_deterministic_id() or i) if is_source else i
+            task._set_task_id(parent_id, suffix)
+    elif len(outputs) == len(inputs):
+        for parent, task in zip(inputs, outputs, strict=True):
+            suffix = (task.get_deterministic_id() or 0) if is_source else 0
+            task._set_task_id(parent.task_id, suffix)
+    else:
+        for task in outputs:
+            task.task_id = random_task_id()
+
+
+def output_basename(source_files: Sequence[str] | None, task_id: str) -> str | None:
+    """The writer's base file name for an input task (CONTRACT §6.2, made replay-safe).
+
+    With ``source_files``: ``get_deterministic_hash(source_files, task_id)``. Without them,
+    NeMo Curator falls back to a uuid; here a lineage id hashes to a stable name instead, so a
+    replayed source rewrites the same file. Returns ``None`` for an ``r`` id (or an empty id),
+    whose lineage is not deterministic: the caller must then use a random name.
+    """
+    if source_files:
+        return get_deterministic_hash(list(source_files), task_id)
+    if not task_id or is_random_task_id(task_id):
+        return None
+    return get_deterministic_hash([], "lineage:" + task_id)

@@ -1,0 +1,144 @@
+"""``Pipeline``: an ordered list of stages with NeMo Curator's build rules (CONTRACT §1.9, §5.10)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from curator_dask import lineage
+from curator_dask.stages.base import CompositeStage, ProcessingStage
+
+if TYPE_CHECKING:
+    from curator_dask.backends.base import BaseExecutor
+    from curator_dask.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+
+class Pipeline:
+    """Stages run in order over the tasks the source stage emits.
+
+    Example:
+        >>> from curator_dask.stages.text.io.reader import JsonlReader
+        >>> from curator_dask.stages.text.io.writer import JsonlWriter
+        >>> p = Pipeline(name="demo")
+        >>> p = p.add_stage(JsonlReader(file_paths="in/")).add_stage(JsonlWriter(path="memory://o"))
+        >>> p.build()
+        >>> [(s.name, s.is_source_stage, s.is_sink_stage) for s in p.stages]
+        [('file_partitioning', True, False), ('jsonl_reader', False, False), ('jsonl_writer', False, True)]
+    """
+
+    def __init__(
+        self,
+        name: str = "pipeline",
+        description: str | None = None,
+        stages: list[ProcessingStage] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.stages: list[ProcessingStage] = list(stages or [])
+        self.config = config or {}
+
+    def add_stage(self, stage: ProcessingStage) -> Pipeline:
+        """Append ``stage``; returns the pipeline so calls can be chained."""
+        if not isinstance(stage, ProcessingStage):
+            msg = f"add_stage expects a ProcessingStage, got {type(stage).__name__}: {stage!r}"
+            raise TypeError(msg)
+        self.stages.append(stage)
+        return self
+
+    def build(self) -> None:
+        """Decompose composite stages, then assign the source and sink roles."""
+        if not self.stages:
+            msg = f"Pipeline '{self.name}' has no stages"
+            raise ValueError(msg)
+        decomposed: list[ProcessingStage] = []
+        for stage in self.stages:
+            decomposed.extend(_decompose(stage))
+        self.stages = decomposed
+        self._assign_source_sink_roles()
+
+    def _assign_source_sink_roles(self) -> None:
+        sources = [s.name for s in self.stages if s.is_source_stage]
+        if len(sources) > 1:
+            msg = (
+                f"Pipeline has multiple source stages marked: {sources}. At most one is "
+                "supported."
+            )
+            raise ValueError(msg)
+        if not sources:
+            self.stages[0].is_source_stage = True
+        sinks = [s.name for s in self.stages if s.is_sink_stage]
+        if len(sinks) > 1:
+            msg = f"Pipeline has multiple sink stages marked: {sinks}. At most one is supported."
+            raise ValueError(msg)
+        if not sinks:
+            self.stages[-1].is_sink_stage = True
+
+    def describe(self) -> str:
+        """A readable summary of the stages, their roles and resources."""
+        lines = [f"Pipeline: {self.name}"]
+        if self.description:
+            lines.append(f"Description: {self.description}")
+        lines.append(f"Stages: {len(self.stages)}")
+        for i, stage in enumerate(self.stages):
+            roles = [r for r, on in (("source", stage.is_source_stage),
+                                     ("sink", stage.is_sink_stage)) if on]
+            role = f" [{', '.join(roles)}]" if roles else ""
+            res = stage.resources
+            lines.append(
+                f"  {i + 1}. {stage.name} ({type(stage).__name__}){role}: cpus={res.cpus}, "
+                f"gpus={res.gpus}, batch_size={stage.batch_size}"
+            )
+            if isinstance(stage, CompositeStage):
+                for sub in stage.decompose():
+                    lines.append(f"       - {sub.name} ({type(sub).__name__})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Pipeline(name={self.name!r}, stages={[s.name for s in self.stages]})"
+
+    def run(
+        self,
+        executor: BaseExecutor | None = None,
+        initial_tasks: list[Task] | None = None,
+        checkpoint_path: str | None = None,
+    ) -> list[Task]:
+        """Build and run the pipeline; returns the sink stage's output tasks.
+
+        Args:
+            executor: where to run; default: a ``DaskExecutor`` on an embedded LocalCluster.
+            initial_tasks: tasks fed to the first stage instead of ``[EmptyTask()]``; they get
+                the ids ``"0_<i>"``.
+            checkpoint_path: resumable runs (not available yet in this version).
+        """
+        self.build()
+        if checkpoint_path is not None:
+            msg = (
+                "checkpoint_path is not supported yet by this version of curator_dask: "
+                "resumable runs arrive with the resumability feature. Run without "
+                "checkpoint_path for now."
+            )
+            raise NotImplementedError(msg)
+        for stage in self.stages:
+            prepare = getattr(stage, "prepare_output", None)
+            if callable(prepare):
+                prepare(checkpoint_path=checkpoint_path)
+        if executor is None:
+            from curator_dask.backends.dask import DaskExecutor
+
+            executor = DaskExecutor()
+        if initial_tasks:
+            lineage.assign_root_task_ids(initial_tasks)
+        logger.info("Running pipeline %r with %d stages", self.name, len(self.stages))
+        return executor.execute(self.stages, initial_tasks)
+
+
+def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:
+    if not isinstance(stage, CompositeStage):
+        return [stage]
+    out: list[ProcessingStage] = []
+    for sub in stage.decompose():
+        out.extend(_decompose(sub))
+    return out

@@ -1,0 +1,118 @@
+"""``FilePartitioningStage``: discovers input files and groups them into source tasks (CONTRACT §2)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from dask.utils import parse_bytes
+
+from curator_dask.stages.base import ProcessingStage
+from curator_dask.stages.resources import Resources
+from curator_dask.tasks import EmptyTask, FileGroupTask
+from curator_dask.utils.files import gather_file_records, infer_dataset_name
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_BLOCKSIZE = "512MB"
+
+
+@dataclass
+class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
+    """Lists files under ``file_paths`` (fsspec) and emits one ``FileGroupTask`` per partition.
+
+    Partitions hold one file each by default, ``files_per_partition`` files, or files packed
+    greedily (by size) up to ``blocksize`` bytes.
+
+    Example:
+        >>> stage = FilePartitioningStage(file_paths="data/in/", files_per_partition=2)
+        >>> stage.name
+        'file_partitioning'
+    """
+
+    file_paths: str | list[str] = ""
+    files_per_partition: int | None = None
+    blocksize: int | str | None = None
+    file_extensions: list[str] | None = None
+    storage_options: dict | None = None
+    limit: int | None = None
+    name: str = "file_partitioning"
+
+    def __post_init__(self) -> None:
+        if self.files_per_partition and self.blocksize:
+            msg = (
+                "Both 'files_per_partition' and 'blocksize' were specified, but only one is "
+                "allowed"
+            )
+            raise ValueError(msg)
+        if self.file_extensions is None:
+            self.file_extensions = [".jsonl", ".json", ".parquet"]
+        if self.storage_options is None:
+            self.storage_options = {}
+        self._blocksize = parse_bytes(self.blocksize or _DEFAULT_BLOCKSIZE)
+        if self._blocksize > parse_bytes(_DEFAULT_BLOCKSIZE):
+            logger.warning(
+                "Blocksize is greater than 512 MB, which is not recommended: %s", self.blocksize
+            )
+        self.resources = Resources(cpus=0.5)
+
+    def num_workers(self) -> int:
+        return 1
+
+    def inputs(self) -> tuple[list[str], list[str]]:
+        return [], []
+
+    def outputs(self) -> tuple[list[str], list[str]]:
+        return [], []
+
+    def process(self, _: EmptyTask) -> list[FileGroupTask]:
+        records = gather_file_records(
+            self.file_paths,
+            extensions=self.file_extensions,
+            storage_options=self.storage_options,
+            sort_by_size=self.blocksize is not None,
+        )
+        if not records:
+            logger.warning("No files found under %s", self.file_paths)
+            return []
+        if self.files_per_partition:
+            files = [path for path, _ in records]
+            partitions = self._partition_by_count(files, self.files_per_partition)
+        elif self.blocksize:
+            partitions = self._partition_by_size(records, self._blocksize)
+        else:
+            partitions = [[path] for path, _ in records]
+        dataset_name = self._get_dataset_name([path for path, _ in records])
+        tasks: list[FileGroupTask] = []
+        for i, group in enumerate(partitions):
+            if self.limit is not None and len(tasks) >= self.limit:
+                break
+            metadata = {"partition_index": i, "total_partitions": len(partitions),
+                        "source_files": group}
+            tasks.append(FileGroupTask(dataset_name=dataset_name, data=group,
+                                       _metadata=metadata, reader_config={}))
+        return tasks
+
+    @staticmethod
+    def _partition_by_count(files: list, n: int) -> list[list]:
+        return [files[i : i + n] for i in range(0, len(files), n)]
+
+    @staticmethod
+    def _partition_by_size(records: list[tuple[str, int]], max_bytes: int) -> list[list[str]]:
+        partitions: list[list[str]] = []
+        current: list[str] = []
+        current_size = 0
+        for path, size in sorted(records, key=lambda r: r[1]):
+            if current_size + size > max_bytes:
+                if current:
+                    partitions.append(current)
+                current, current_size = [], 0
+            current.append(path)
+            current_size += size
+        if current:
+            partitions.append(current)
+        return partitions
+
+    @staticmethod
+    def _get_dataset_name(files: list[str]) -> str:
+        return infer_dataset_name(files[0]) if files else "dataset"

@@ -1,0 +1,88 @@
+"""Shared reader logic: composite decomposition and the per-partition read stage (CONTRACT §6.1)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from curator_dask.stages.base import CompositeStage, ProcessingStage
+from curator_dask.stages.file_partitioning import FilePartitioningStage
+from curator_dask.tasks import DocumentBatch, FileGroupTask
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
+    """Reads the files of one ``FileGroupTask`` into one ``DocumentBatch`` (a pyarrow Table)."""
+
+    fields: list[str] | None = None
+    read_kwargs: dict[str, Any] = field(default_factory=dict)
+    allow_empty: bool = False
+    name: str = "reader"
+
+    def inputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], []
+
+    def outputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], list(self.fields or [])
+
+    def read_files(self, paths: list[str]) -> Any:
+        raise NotImplementedError
+
+    def process(self, task: FileGroupTask) -> DocumentBatch:
+        data = self.read_files(task.data)
+        if (data is None or len(data) == 0) and not self.allow_empty:
+            msg = f"No data read from files in task {task.task_id}"
+            raise ValueError(msg)
+        # The same metadata dict flows on, so source_files reaches the writer (NeMo behaviour).
+        return DocumentBatch(dataset_name=task.dataset_name, data=data, _metadata=task._metadata)
+
+
+@dataclass
+class BaseReader(CompositeStage[Any, DocumentBatch]):
+    """A reader composite: ``FilePartitioningStage`` followed by a format's reader stage."""
+
+    file_paths: str | list[str] = ""
+    files_per_partition: int | None = None
+    blocksize: int | str | None = None
+    fields: list[str] | None = None
+    read_kwargs: dict[str, Any] | None = None
+    file_extensions: list[str] | None = None
+    task_type: str = "document"
+    allow_empty: bool = False
+    name: str = "reader"
+
+    def __post_init__(self) -> None:
+        if self.task_type != "document":
+            msg = f"task_type={self.task_type!r} is not supported; only 'document' is"
+            raise NotImplementedError(msg)
+        if self.read_kwargs is None:
+            self.read_kwargs = {}
+
+    def reader_stage(self) -> BaseReaderStage:
+        raise NotImplementedError
+
+    def default_extensions(self) -> list[str]:
+        raise NotImplementedError
+
+    def decompose(self) -> list[ProcessingStage]:
+        partitioning = FilePartitioningStage(
+            file_paths=self.file_paths,
+            files_per_partition=self.files_per_partition,
+            blocksize=self.blocksize,
+            file_extensions=self.file_extensions or self.default_extensions(),
+            storage_options=(self.read_kwargs or {}).get("storage_options"),
+        )
+        return [partitioning, self.reader_stage()]
+
+    def get_description(self) -> str:
+        parts = [f"Read {self.name.split('_')[0].upper()} files from {self.file_paths}"]
+        if self.files_per_partition:
+            parts.append(f"with {self.files_per_partition} files per partition")
+        elif self.blocksize:
+            parts.append(f"with target blocksize {self.blocksize}")
+        if self.fields:
+            parts.append(f"reading columns: {self.fields}")
+        return " ".join(parts)

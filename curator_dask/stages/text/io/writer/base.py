@@ -1,0 +1,116 @@
+"""Shared writer logic: output modes, deterministic names, atomic commit (CONTRACT §6.2)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import fsspec
+
+from curator_dask import lineage
+from curator_dask.stages.base import ProcessingStage
+from curator_dask.tasks import DocumentBatch, FileGroupTask
+from curator_dask.utils.atomic import write_atomic
+from curator_dask.utils.files import is_remote_url
+
+logger = logging.getLogger(__name__)
+
+MODES = ("append", "error", "ignore", "overwrite")
+
+
+@dataclass
+class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
+    """Writes each ``DocumentBatch`` to one file under ``path`` and returns its path.
+
+    The file name is ``get_deterministic_hash(source_files, input task_id)`` plus the
+    extension, so a replayed source rewrites the same file; the write is atomic (temp file and
+    rename, or a single upload), so a crash never leaves a partial file under a final name.
+
+    ``mode``: ``ignore`` (default: write into the directory, replacing same-named files),
+    ``error`` (refuse an existing directory), ``overwrite`` (empty the directory when the
+    pipeline starts; refused together with a ``checkpoint_path``).
+    """
+
+    path: str = ""
+    file_extension: str = ""
+    write_kwargs: dict[str, Any] = field(default_factory=dict)
+    fields: list[str] | None = None
+    mode: str = "ignore"
+    append_mode_implemented: bool = False
+    fsync: bool = True
+    name: str = "writer"
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            msg = f"{type(self).__name__} needs an output path, e.g. path='./output'"
+            raise ValueError(msg)
+        self.storage_options = dict(self.write_kwargs.get("storage_options") or {})
+        self.fs, self._fs_path = fsspec.core.url_to_fs(self.path, **self.storage_options)
+        self.mode = str(self.mode).strip().lower()
+        if self.mode not in MODES:
+            msg = f"Invalid mode: {self.mode!r}. Allowed: {list(MODES)}"
+            raise ValueError(msg)
+        if self.mode == "append" and not self.append_mode_implemented:
+            msg = "append mode is not implemented yet"
+            raise NotImplementedError(msg)
+        if self.mode == "error" and self.fs.exists(self._fs_path):
+            msg = f"Output directory {self.path} already exists"
+            raise FileExistsError(msg)
+        self.fs.makedirs(self._fs_path, exist_ok=True)
+
+    def prepare_output(self, *, checkpoint_path: str | None = None) -> None:
+        """Driver-side, once before the run: apply ``mode="overwrite"``.
+
+        The directory is emptied here rather than when the stage is built, so that a pipeline
+        refused for another reason has deleted nothing.
+        """
+        if self.mode != "overwrite":
+            return
+        if checkpoint_path is not None:
+            msg = (
+                f"{self.name}: mode='overwrite' cannot be combined with checkpoint_path="
+                f"{checkpoint_path!r}: it would delete the outputs of sources the checkpoint "
+                "marks complete, and those are skipped, so they would never be rewritten. Use "
+                "mode='ignore' (outputs are replaced file by file) or a new output path."
+            )
+            raise ValueError(msg)
+        if self.fs.exists(self._fs_path):
+            self.fs.rm(self._fs_path, recursive=True)
+        self.fs.makedirs(self._fs_path, exist_ok=True)
+
+    def get_file_extension(self) -> str:
+        return self.file_extension
+
+    def inputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], list(self.fields or [])
+
+    def outputs(self) -> tuple[list[str], list[str]]:
+        return ["data"], []
+
+    def write_data(self, task: DocumentBatch, f: BinaryIO) -> None:
+        raise NotImplementedError
+
+    def output_path(self, task: DocumentBatch) -> str:
+        """The final path (file-system form) of the file for ``task``."""
+        basename = lineage.output_basename(task._metadata.get("source_files"), task.task_id)
+        if basename is None:
+            logger.warning(
+                "Task %r has no source_files and no deterministic lineage id; using a random "
+                "file name, which a replay will not overwrite",
+                task.task_id,
+            )
+            basename = uuid.uuid4().hex
+        return self.fs.sep.join([self._fs_path.rstrip(self.fs.sep), f"{basename}.{self.get_file_extension()}"])
+
+    def process(self, task: DocumentBatch) -> FileGroupTask:
+        file_path = self.output_path(task)
+        write_atomic(self.fs, file_path, lambda f: self.write_data(task, f), fsync=self.fsync)
+        shown = self.fs.unstrip_protocol(file_path) if is_remote_url(self.path) else file_path
+        return FileGroupTask(
+            dataset_name=task.dataset_name,
+            data=[shown],
+            _metadata={**task._metadata, "format": self.get_file_extension()},
+            _stage_perf=task._stage_perf,
+        )

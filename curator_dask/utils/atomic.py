@@ -1,0 +1,80 @@
+"""Atomic file commits: a file appears under its final name complete, or not at all.
+
+Local file systems: write a hidden temp file in the target directory, flush and fsync it, then
+``os.replace`` it onto the final name (atomic within one directory) and fsync the directory.
+Object stores and other fsspec file systems: build the bytes in memory and upload them with one
+``pipe_file`` (a single PUT is atomic on S3-compatible stores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from fsspec.implementations.local import LocalFileSystem
+
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_name(final_basename: str) -> str:
+    """Hidden temp name next to ``final_basename``: ``.<name>.<host>-<pid>-<rand>.tmp``.
+
+    Host and pid are in the name so that a tool can tell a live writer's temp file from one
+    left by a killed process.
+    """
+    host = socket.gethostname().replace(".", "-")
+    return f".{final_basename}.{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}"
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _local_commit(path: str, *, fsync: bool) -> Iterator[BinaryIO]:
+    directory, base = os.path.split(path)
+    tmp = os.path.join(directory, temp_name(base))
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        _fsync_dir(directory)
+
+
+def write_atomic(fs, path: str, write: Callable[[BinaryIO], None], *, fsync: bool = True) -> None:
+    """Call ``write(binary_file)`` and commit the result to ``path`` on ``fs`` atomically.
+
+    ``path`` is in ``fs``'s own form (no protocol). Replaces an existing file.
+
+    Example:
+        >>> import fsspec
+        >>> fs = fsspec.filesystem("memory")
+        >>> write_atomic(fs, "/doc/x.txt", lambda f: f.write(b"hello"))
+        >>> fs.cat_file("/doc/x.txt")
+        b'hello'
+    """
+    if isinstance(fs, LocalFileSystem):
+        with _local_commit(path, fsync=fsync) as f:
+            write(f)
+        return
+    buf = io.BytesIO()
+    write(buf)
+    fs.pipe_file(path, buf.getvalue())

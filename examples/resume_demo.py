@@ -1,0 +1,38 @@
+# The seed's resume_demo.py (NeMo Curator's "Interrupt and Resume Example") with the imports
+# renamed from nemo_curator to curator_dask. Run from examples/ after generating ./input:
+#   python generate_sample_data.py && python resume_demo.py
+# Resumable runs (checkpoint_path) arrive with the resumability feature; until then the last
+# line runs without it.
+import time
+from dataclasses import dataclass
+
+from curator_dask.pipeline import Pipeline
+from curator_dask.stages.base import ProcessingStage
+from curator_dask.stages.text.io.reader import JsonlReader
+from curator_dask.stages.text.io.writer import JsonlWriter
+from curator_dask.tasks import DocumentBatch
+
+
+@dataclass
+class SlowPassThrough(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Delay each partition so an interrupted run is easy to observe."""
+
+    name: str = "slow_pass_through"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        time.sleep(2)
+        return task
+
+
+pipeline = Pipeline(name="resume-demo")
+pipeline.add_stage(
+    JsonlReader(
+        file_paths="./input/*.jsonl",
+        files_per_partition=1,
+        fields=["text"],
+    )
+)
+pipeline.add_stage(SlowPassThrough())
+pipeline.add_stage(JsonlWriter(path="./output"))
+
+pipeline.run()
