@@ -38,7 +38,29 @@ _EXPORTS = {
     "ResourceUnavailableError": "curator_dask.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "CompositeStage",
+    "DaskExecutor",
+    "DocumentBatch",
+    "EmptyTask",
+    "FailedTask",
+    "FileGroupTask",
+    "FilePartitioningStage",
+    "JsonlReader",
+    "JsonlWriter",
+    "NodeInfo",
+    "NoneTask",
+    "ParquetReader",
+    "ParquetWriter",
+    "Pipeline",
+    "ProcessingStage",
+    "ResourceUnavailableError",
+    "Resources",
+    "RunResult",
+    "StageError",
+    "Task",
+    "WorkerMetadata",
+]
 
 
 def __getattr__(name: str):
@@ -64,4 +86,11 @@ if TYPE_CHECKING:
     from curator_dask.stages.resources import Resources
     from curator_dask.stages.text.io.reader import JsonlReader, ParquetReader
     from curator_dask.stages.text.io.writer import JsonlWriter, ParquetWriter
-    from curator_dask.tasks import DocumentBatch, EmptyTask, FailedTask, FileGroupTask, NoneTask, Task
+    from curator_dask.tasks import (
+        DocumentBatch,
+        EmptyTask,
+        FailedTask,
+        FileGroupTask,
+        NoneTask,
+        Task,
+    )

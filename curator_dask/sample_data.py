@@ -6,11 +6,42 @@ import json
 import os
 import random
 
-_WORDS = (
-    "data curation pipeline dask worker scheduler partition source sink filter stage "
-    "checkpoint resume shard array cluster token document quality language text corpus "
-    "model train dedup minhash bucket parquet jsonl arrow table column row batch"
-).split()
+_WORDS = [
+    "data",
+    "curation",
+    "pipeline",
+    "dask",
+    "worker",
+    "scheduler",
+    "partition",
+    "source",
+    "sink",
+    "filter",
+    "stage",
+    "checkpoint",
+    "resume",
+    "shard",
+    "array",
+    "cluster",
+    "token",
+    "document",
+    "quality",
+    "language",
+    "text",
+    "corpus",
+    "model",
+    "train",
+    "dedup",
+    "minhash",
+    "bucket",
+    "parquet",
+    "jsonl",
+    "arrow",
+    "table",
+    "column",
+    "row",
+    "batch",
+]
 
 
 def _document(rng: random.Random, short: bool) -> str:

@@ -123,17 +123,27 @@ def _load_yaml(path: str) -> Pipeline:
 
 
 def _load_module_from_file(path: str) -> Any:
-    import cloudpickle
+    """Import ``path`` as a module named after its stem, with its folder on ``sys.path``.
 
-    name = "curator_dask_user_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    Like ``python path.py`` does, the folder goes first on ``sys.path``, so worker processes
+    (which start with the driver's ``sys.path``) import the same module by name when they
+    unpickle its stages. A remote cluster needs the file importable there too.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    name = os.path.splitext(os.path.basename(path))[0]
+    if not name.isidentifier():
+        raise PipelineDefinitionError(
+            f"{path}: the file name must be a valid Python module name to be importable by "
+            "workers (letters, digits, underscores)"
+        )
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise PipelineDefinitionError(f"{path}: cannot load as a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    # Workers cannot import this file by name: ship its classes and functions by value.
-    cloudpickle.register_pickle_by_value(module)
     return module
 
 

@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _configure_logging(verbose: int) -> None:
     import logging
 
+    import dask.config
+
+    # distributed sets up its own INFO logging when imported; keep it quiet unless -vv.
+    dask.config.set({"logging.distributed": "debug" if verbose >= 2 else "warning"})
     logging.basicConfig(
         level=logging.DEBUG if verbose >= 2 else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

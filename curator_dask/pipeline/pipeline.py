@@ -1,4 +1,4 @@
-"""``Pipeline``: an ordered list of stages with NeMo Curator's build rules (CONTRACT §1.9, §5.10)."""
+"""``Pipeline``: an ordered list of stages with NeMo Curator's build rules (CONTRACT §1.9)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class Pipeline:
         >>> p = Pipeline(name="demo")
         >>> p = p.add_stage(JsonlReader(file_paths="in/")).add_stage(JsonlWriter(path="memory://o"))
         >>> p.build()
-        >>> [(s.name, s.is_source_stage, s.is_sink_stage) for s in p.stages]
-        [('file_partitioning', True, False), ('jsonl_reader', False, False), ('jsonl_writer', False, True)]
+        >>> [(s.is_source_stage, s.is_sink_stage) for s in p.stages]
+        [(True, False), (False, False), (False, True)]
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""``FilePartitioningStage``: discovers input files and groups them into source tasks (CONTRACT §2)."""
+"""``FilePartitioningStage``: finds input files and groups them into source tasks (CONTRACT §2)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     name: str = "file_partitioning"
 
     def __post_init__(self) -> None:
-        if self.files_per_partition and self.blocksize:
+        if self.files_per_partition is not None and self.blocksize is not None:
             msg = (
                 "Both 'files_per_partition' and 'blocksize' were specified, but only one is "
                 "allowed"
@@ -49,7 +49,9 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
             self.file_extensions = [".jsonl", ".json", ".parquet"]
         if self.storage_options is None:
             self.storage_options = {}
-        self._blocksize = parse_bytes(self.blocksize or _DEFAULT_BLOCKSIZE)
+        self._blocksize = parse_bytes(
+            self.blocksize if self.blocksize is not None else _DEFAULT_BLOCKSIZE
+        )
         if self._blocksize > parse_bytes(_DEFAULT_BLOCKSIZE):
             logger.warning(
                 "Blocksize is greater than 512 MB, which is not recommended: %s", self.blocksize
@@ -82,6 +84,7 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
             partitions = self._partition_by_size(records, self._blocksize)
         else:
             partitions = [[path] for path, _ in records]
+        self._warn_oversized(partitions, dict(records))
         dataset_name = self._get_dataset_name([path for path, _ in records])
         tasks: list[FileGroupTask] = []
         for i, group in enumerate(partitions):
@@ -92,6 +95,17 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
             tasks.append(FileGroupTask(dataset_name=dataset_name, data=group,
                                        _metadata=metadata, reader_config={}))
         return tasks
+
+    def _warn_oversized(self, partitions: list[list[str]], sizes: dict[str, int]) -> None:
+        if any(size < 0 for size in sizes.values()):
+            return  # unknown sizes: nothing to check
+        for group in partitions:
+            total = sum(sizes[path] for path in group)
+            if total > self._blocksize:
+                logger.warning(
+                    "File group task has exceeded the storage limit per partition: %s "
+                    "(%d bytes > %d)", group, total, self._blocksize,
+                )
 
     @staticmethod
     def _partition_by_count(files: list, n: int) -> list[list]:

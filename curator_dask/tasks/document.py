@@ -50,10 +50,14 @@ class DocumentBatch(Task[Any]):
         return [str(c) for c in self.data.columns]
 
     def validate(self) -> bool:
-        import pandas as pd
+        import sys
+
         import pyarrow as pa
 
-        if not isinstance(self.data, pa.Table | pd.DataFrame):
+        if isinstance(self.data, pa.Table):
+            return True
+        pd = sys.modules.get("pandas")  # a DataFrame implies pandas is already imported
+        if pd is None or not isinstance(self.data, pd.DataFrame):
             msg = (
                 "DocumentBatch.data must be a pyarrow.Table or pandas.DataFrame, "
                 f"got {type(self.data).__name__}"

@@ -16,8 +16,8 @@ class StagePerfStats:
     """Timing of one stage call, appended to every output task's ``_stage_perf``.
 
     Example:
-        >>> StagePerfStats(stage_name="reader", process_time=0.5, num_items_processed=10)
-        StagePerfStats(stage_name='reader', process_time=0.5, num_items_processed=10, custom_metrics={})
+        >>> StagePerfStats(stage_name="reader", process_time=0.5).num_items_processed
+        0
     """
 
     stage_name: str

@@ -71,7 +71,13 @@ def _size(info: dict) -> int:
 
 
 def infer_dataset_name(path: str) -> str:
-    """The lowercased parent directory name of ``path``, or its stem when it has no parent."""
+    """A dataset name for a file, as NeMo Curator infers it.
+
+    Local: the lowercased parent directory name, or the file stem when there is no parent.
+    Remote (``s3://...``): the lowercased file name.
+    """
+    if is_remote_url(path):
+        return posixpath.basename(path.rstrip("/")).lower()
     stripped = path.split("://", 1)[-1].rstrip("/")
     parent = posixpath.basename(posixpath.dirname(stripped))
     if parent:

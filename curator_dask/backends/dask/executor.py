@@ -205,7 +205,9 @@ class DaskExecutor(BaseExecutor):
         return result
 
     @staticmethod
-    def _check_resources(client: Client, stages: Sequence[ProcessingStage], plan: ExecutionPlan) -> None:
+    def _check_resources(
+        client: Client, stages: Sequence[ProcessingStage], plan: ExecutionPlan
+    ) -> None:
         workers = client.scheduler_info(n_workers=-1)["workers"]
         offered = [w.get("resources") or {} for w in workers.values()]
         for group in plan.groups:
@@ -264,7 +266,8 @@ class DaskExecutor(BaseExecutor):
 
         host = StageHost(run_id, list(stages))
         client.register_plugin(host, name=host.name)
-        threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        threads = sum(w["nthreads"] for w in workers)
         window = self.max_in_flight or max(1, 2 * threads)
         show = _interactive() if self.progress is None else bool(self.progress)
         bar = tqdm(total=len(sources), unit="source", desc="sources", disable=not show)

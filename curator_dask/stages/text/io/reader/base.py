@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from curator_dask.stages.base import CompositeStage, ProcessingStage
 from curator_dask.stages.file_partitioning import FilePartitioningStage
@@ -23,7 +23,7 @@ class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
     name: str = "reader"
 
     def inputs(self) -> tuple[list[str], list[str]]:
-        return ["data"], []
+        return [], []
 
     def outputs(self) -> tuple[list[str], list[str]]:
         return ["data"], list(self.fields or [])
@@ -67,6 +67,8 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
     def default_extensions(self) -> list[str]:
         raise NotImplementedError
 
+    format_name: ClassVar[str] = "files"
+
     def decompose(self) -> list[ProcessingStage]:
         partitioning = FilePartitioningStage(
             file_paths=self.file_paths,
@@ -78,11 +80,11 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
         return [partitioning, self.reader_stage()]
 
     def get_description(self) -> str:
-        parts = [f"Read {self.name.split('_')[0].upper()} files from {self.file_paths}"]
+        parts = [f"Read {self.format_name} files from {self.file_paths}"]
         if self.files_per_partition:
             parts.append(f"with {self.files_per_partition} files per partition")
         elif self.blocksize:
             parts.append(f"with target blocksize {self.blocksize}")
         if self.fields:
             parts.append(f"reading columns: {self.fields}")
-        return " ".join(parts)
+        return ", ".join(parts)

@@ -43,7 +43,7 @@ def _first_bad_line(raw: bytes) -> tuple[int, str] | None:
 
 @dataclass
 class JsonlReaderStage(BaseReaderStage):
-    """Reads JSONL files with ``pyarrow.json`` (or pandas with ``read_kwargs={"engine": "pandas"}``)."""
+    """Reads JSONL files with ``pyarrow.json`` (``read_kwargs={"engine": "pandas"}``: pandas)."""
 
     name: str = "jsonl_reader"
 
@@ -70,6 +70,8 @@ class JsonlReaderStage(BaseReaderStage):
 
     def _read_arrow(self, path: str) -> pa.Table:
         raw = self._open_bytes(path)
+        if not raw.strip():
+            return pa.table({})  # an empty file holds no documents
         block = int(self.read_kwargs.get("pyarrow_block_size", 8 << 20))
         max_block = int(self.read_kwargs.get("pyarrow_max_block_size", 256 << 20))
         while True:
@@ -137,6 +139,8 @@ class JsonlReader(BaseReader):
     """
 
     name: str = "jsonl_reader"
+
+    format_name = "JSONL"
 
     def default_extensions(self) -> list[str]:
         return [".jsonl", ".json"]

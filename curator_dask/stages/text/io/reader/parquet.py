@@ -23,7 +23,10 @@ class ParquetReaderStage(BaseReaderStage):
     def __post_init__(self) -> None:
         unknown = sorted(set(self.read_kwargs) - _ALLOWED_KWARGS)
         if unknown:
-            msg = f"Unsupported read_kwargs for ParquetReader: {unknown}. Allowed: {sorted(_ALLOWED_KWARGS)}"
+            msg = (
+                f"Unsupported read_kwargs for ParquetReader: {unknown}. "
+                f"Allowed: {sorted(_ALLOWED_KWARGS)}"
+            )
             raise TypeError(msg)
         engine = self.read_kwargs.get("engine", "pyarrow")
         if engine != "pyarrow":
@@ -39,9 +42,9 @@ class ParquetReaderStage(BaseReaderStage):
             fs, fs_path = fsspec.core.url_to_fs(path, **opts)
             try:
                 table = pq.read_table(fs_path, columns=columns, filters=filters, filesystem=fs)
-            except (pa.ArrowInvalid, KeyError) as exc:
+            except pa.ArrowInvalid as exc:
                 msg = f"Could not read Parquet file {path} (columns={columns}): {exc}"
-                raise ValueError(msg) from exc
+                raise pa.ArrowInvalid(msg) from exc
             tables.append(table)
         if not tables:
             return pa.table({c: [] for c in columns or []})
@@ -58,6 +61,8 @@ class ParquetReader(BaseReader):
     """
 
     name: str = "parquet_reader"
+
+    format_name = "Parquet"
 
     def default_extensions(self) -> list[str]:
         return [".parquet"]

@@ -28,6 +28,10 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
     extension, so a replayed source rewrites the same file; the write is atomic (temp file and
     rename, or a single upload), so a crash never leaves a partial file under a final name.
 
+    ``fsync`` (default: config ``curator-dask.io.fsync``, off) also flushes each file and its
+    directory to disk before the rename, for durability across power loss; the rename alone
+    already protects against a crashed or killed process.
+
     ``mode``: ``ignore`` (default: write into the directory, replacing same-named files),
     ``error`` (refuse an existing directory), ``overwrite`` (empty the directory when the
     pipeline starts; refused together with a ``checkpoint_path``).
@@ -39,7 +43,7 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
     fields: list[str] | None = None
     mode: str = "ignore"
     append_mode_implemented: bool = False
-    fsync: bool = True
+    fsync: bool | None = None
     name: str = "writer"
 
     def __post_init__(self) -> None:
@@ -59,6 +63,10 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
             msg = f"Output directory {self.path} already exists"
             raise FileExistsError(msg)
         self.fs.makedirs(self._fs_path, exist_ok=True)
+        if self.fsync is None:
+            from curator_dask import config
+
+            self.fsync = bool(config.get("io.fsync"))
 
     def prepare_output(self, *, checkpoint_path: str | None = None) -> None:
         """Driver-side, once before the run: apply ``mode="overwrite"``.
@@ -102,7 +110,8 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
                 task.task_id,
             )
             basename = uuid.uuid4().hex
-        return self.fs.sep.join([self._fs_path.rstrip(self.fs.sep), f"{basename}.{self.get_file_extension()}"])
+        directory = self._fs_path.rstrip(self.fs.sep)
+        return self.fs.sep.join([directory, f"{basename}.{self.get_file_extension()}"])
 
     def process(self, task: DocumentBatch) -> FileGroupTask:
         file_path = self.output_path(task)

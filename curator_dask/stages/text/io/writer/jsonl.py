@@ -5,13 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import pyarrow as pa
+
 from curator_dask.stages.text.io.writer.base import BaseWriter
 from curator_dask.tasks import DocumentBatch
+from curator_dask.utils.jsonl import encode_jsonl
+
+_PANDAS_DEFAULTS = {"lines": True, "orient": "records", "force_ascii": False}
 
 
 @dataclass
 class JsonlWriter(BaseWriter):
-    """Writes JSONL with pandas ``to_json(lines=True, orient="records", force_ascii=False)``.
+    """Writes JSONL: ``{"col": value, ...}`` per row, UTF-8, one file per batch.
+
+    Arrow tables of string, integer and bool columns are encoded with Arrow kernels; anything
+    else (other types, pandas input, extra ``write_kwargs``) goes through pandas
+    ``to_json(lines=True, orient="records", force_ascii=False, **write_kwargs)`` as in NeMo
+    Curator. Both give the same JSON values.
 
     Example:
         >>> writer = JsonlWriter(path="memory://doc-out/jsonl")
@@ -23,9 +33,17 @@ class JsonlWriter(BaseWriter):
     name: str = "jsonl_writer"
 
     def write_data(self, task: DocumentBatch, f: BinaryIO) -> None:
+        kwargs = {k: v for k, v in self.write_kwargs.items() if k != "storage_options"}
+        if isinstance(task.data, pa.Table) and all(
+            _PANDAS_DEFAULTS.get(k, object()) == v for k, v in kwargs.items()
+        ):
+            table = task.data if self.fields is None else task.data.select(self.fields)
+            buffers = encode_jsonl(table)
+            if buffers is not None:
+                for buf in buffers:
+                    f.write(memoryview(buf))
+                return
         df = task.to_pandas()
         if self.fields is not None:
             df = df[self.fields]
-        kwargs = {"lines": True, "orient": "records", "force_ascii": False, **self.write_kwargs}
-        kwargs.pop("storage_options", None)
-        df.to_json(f, **kwargs)
+        df.to_json(f, **{**_PANDAS_DEFAULTS, **kwargs})

@@ -1,0 +1,127 @@
+"""``python -m curator_dask`` through a subprocess: exit codes, messages, real runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
+
+EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                                        "examples"))
+
+
+def cli(*args: str, cwd, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "curator_dask", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_help_imports_nothing_heavy(tmp_path):
+    out = cli("run", "--help", cwd=tmp_path)
+    assert out.returncode == 0 and "PIPELINE" in out.stdout and "--checkpoint-path" in out.stdout
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; import curator_dask.__main__; "
+         "from curator_dask.cli.main import build_parser; build_parser(); "
+         "print(sorted(m for m in ('distributed', 'pandas', 'pyarrow', 'dask') "
+         "if m in sys.modules))"],
+        capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "[]"
+
+
+def test_no_command_is_usage_error(tmp_path):
+    out = cli(cwd=tmp_path)
+    assert out.returncode == 2 and "usage:" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("stages: [\n  - _target_: x\n", "invalid YAML (line"),
+        ("stages:\n  - _target_: no_such_module.Stage\n", "stages[0]._target_: cannot import"),
+        ("stages:\n  - _target_: curator_dask.stages.text.io.reader.JsonlReader\n"
+         "    file_paths: in\n  - _target_: curator_dask.stages.text.io.writer.NoSuchWriter\n"
+         "    path: out\n", "stages[1]._target_: cannot import"),
+        ("stages:\n  - _target_: curator_dask.stages.text.io.reader.JsonlReader\n"
+         "    nonsense: 1\n", "stages[0] (curator_dask.stages.text.io.reader.JsonlReader)"),
+        ("name: x\nstagez: []\n", "unknown key(s) ['stagez']"),
+        ("stages: []\n", "'stages' must be a non-empty list"),
+        ("stages:\n  - _target_: curator_dask.tasks.EmptyTask\n", "is not a ProcessingStage"),
+    ],
+)
+def test_bad_pipeline_file_is_one_line_usage_error(tmp_path, body, expected):
+    (tmp_path / "p.yaml").write_text(body)
+    out = cli("run", "p.yaml", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert expected in lines[0] and "p.yaml" in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_file_and_bad_reference(tmp_path):
+    assert cli("run", "nope.yaml", cwd=tmp_path).returncode == 2
+    out = cli("run", "not-a-reference", cwd=tmp_path)
+    assert out.returncode == 2 and "file.py:function" in out.stderr
+    out = cli("run", "--workers", "0", "x.yaml", cwd=tmp_path)
+    assert out.returncode == 2 and "--workers must be at least 1" in out.stderr
+
+
+@pytest.mark.slow
+def test_run_yaml_pipeline_end_to_end(tmp_path):
+    from curator_dask.sample_data import generate_jsonl
+
+    generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=20, seed=3)
+    shutil.copy(os.path.join(EXAMPLES, "demo_pipeline.yaml"), tmp_path / "p.yaml")
+    out = cli("run", "p.yaml", "--workers", "2", "--no-progress", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "4 sources, 4 output tasks" in out.stdout
+    assert "keep_long_documents" in out.stdout
+    assert len(os.listdir(tmp_path / "output-filtered")) == 4
+
+
+@pytest.mark.slow
+def test_run_python_function_and_failure_exit_code(tmp_path):
+    from curator_dask.sample_data import generate_jsonl
+
+    generate_jsonl(str(tmp_path / "input"), files=2, docs_per_file=5)
+    (tmp_path / "my_pipeline.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from curator_dask import Pipeline, ProcessingStage, JsonlReader, JsonlWriter
+
+        @dataclass
+        class Boom(ProcessingStage):
+            name: str = "boom"
+            def process(self, task):
+                raise RuntimeError("kaboom")
+
+        def good():
+            return (Pipeline(name="good").add_stage(JsonlReader(file_paths="input"))
+                    .add_stage(JsonlWriter(path="out")))
+
+        def bad():
+            return Pipeline(name="bad").add_stage(JsonlReader(file_paths="input")).add_stage(Boom())
+    """))
+    ok = cli("run", "my_pipeline.py:good", "--workers", "1", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert len(os.listdir(tmp_path / "out")) == 2
+    failed = cli("run", "my_pipeline.py:bad", "--workers", "1", cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "Stage 'boom' failed" in failed.stderr and "kaboom" in failed.stderr
+
+
+def test_nemo_curator_import_paths_fall_back(tmp_path):
+    (tmp_path / "p.yaml").write_text(
+        "stages:\n  - _target_: nemo_curator.stages.text.io.reader.JsonlReader\n"
+        "    file_paths: in\n")
+    pipeline = load_pipeline(str(tmp_path / "p.yaml"))
+    assert type(pipeline.stages[0]).__module__.startswith("curator_dask.")
+    with pytest.raises(PipelineDefinitionError, match="not a Pipeline"):
+        (tmp_path / "f.py").write_text("def make():\n    return 3\n")
+        load_pipeline(f"{tmp_path / 'f.py'}:make")

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+import pytest
+
+from curator_dask.sample_data import generate_jsonl
+
+
+@pytest.fixture
+def jsonl_input(tmp_path):
+    """Six JSONL files of 5 documents each (about 10 % shorter than 50 characters)."""
+    return generate_jsonl(str(tmp_path / "input"), files=6, docs_per_file=5, short_fraction=0.3,
+                          seed=7)
