@@ -140,7 +140,8 @@ class DaskExecutor(BaseExecutor):
                 "dashboard_address": self.dashboard_address,
                 **self.cluster_kwargs,
             }
-            self._cluster = EmbeddedCluster(**kwargs)
+            trim = config.get("local-cluster.malloc-trim-threshold")
+            self._cluster = EmbeddedCluster(malloc_trim_threshold=trim, **kwargs)
             self._client = Client(self._cluster.cluster)
         timeout = config.get("cluster.wait-for-workers-timeout")
         self._client.wait_for_workers(1, timeout=timeout)
@@ -185,7 +186,10 @@ class DaskExecutor(BaseExecutor):
         client = self.start()
         try:
             self._check_resources(client, stages, plan)
+            head_start = time.perf_counter()
             sources = self._run_head(stages, plan, initial_tasks or [EmptyTask()], counts)
+            head_seconds = time.perf_counter() - head_start
+            logger.debug("head: %d sources in %.3f s", len(sources), head_seconds)
             if plan.groups:
                 outputs = self._stream(client, run_id, stages, plan, sources, counts)
             else:
@@ -265,7 +269,9 @@ class DaskExecutor(BaseExecutor):
         from curator_dask.backends.dask.worker import GroupResult, StageHost, run_group
 
         host = StageHost(run_id, list(stages))
+        started = time.perf_counter()
         client.register_plugin(host, name=host.name)
+        logger.debug("stages sent to workers in %.3f s", time.perf_counter() - started)
         workers = client.scheduler_info(n_workers=-1)["workers"].values()
         threads = sum(w["nthreads"] for w in workers)
         window = self.max_in_flight or max(1, 2 * threads)

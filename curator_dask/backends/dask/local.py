@@ -44,16 +44,36 @@ def workers_without_main() -> Iterator[None]:
             _active -= 1
 
 
+def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
+    """Dask's pre-spawn environment for workers, with our ``MALLOC_TRIM_THRESHOLD_`` choice.
+
+    Dask sets ``MALLOC_TRIM_THRESHOLD_=65536`` to hand freed memory back to the OS quickly.
+    Setting it also turns off glibc's dynamic mmap threshold, so every large temporary buffer
+    is mmapped and unmapped again: 15-20 % slower Arrow/NumPy batch work, measured here.
+    Streaming bounds what a worker holds, so by default the variable is left unset.
+    """
+    import dask.config
+
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    if malloc_trim_threshold is not None:
+        environ["MALLOC_TRIM_THRESHOLD_"] = int(malloc_trim_threshold)
+    return environ
+
+
 class EmbeddedCluster:
     """A ``LocalCluster`` whose worker processes never import the driver's ``__main__``."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, malloc_trim_threshold: int | None = None, **kwargs: Any) -> None:
+        import dask.config
         from distributed import LocalCluster
 
         self._guard = workers_without_main()
         self._guard.__enter__()
+        environ = _worker_environ(malloc_trim_threshold)
         try:
-            self.cluster = LocalCluster(**kwargs)
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+                self.cluster = LocalCluster(**kwargs)
         except BaseException:
             self._guard.__exit__(None, None, None)
             raise

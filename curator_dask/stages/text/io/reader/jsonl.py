@@ -5,14 +5,17 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.json as pj
+from fsspec.utils import infer_compression
 
 from curator_dask.stages.text.io.reader.base import BaseReader, BaseReaderStage
+from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
 
@@ -68,20 +71,41 @@ class JsonlReaderStage(BaseReaderStage):
         with fsspec.open(path, "rb", compression=compression, **opts) as f:
             return f.read()
 
+    def _direct_local_path(self, path: str) -> str | None:
+        """``path`` when Arrow can read it itself: a local, uncompressed file, no options."""
+        if self.read_kwargs.get("storage_options") or is_remote_url(path):
+            return None
+        compression = self.read_kwargs.get("compression", "infer")
+        if compression not in (None, "infer") or (
+            compression == "infer" and infer_compression(path) is not None
+        ):
+            return None
+        return path[len("file://"):] if path.startswith("file://") else path
+
     def _read_arrow(self, path: str) -> pa.Table:
-        raw = self._open_bytes(path)
-        if not raw.strip():
-            return pa.table({})  # an empty file holds no documents
+        local = self._direct_local_path(path)
         block = int(self.read_kwargs.get("pyarrow_block_size", 8 << 20))
         max_block = int(self.read_kwargs.get("pyarrow_max_block_size", 256 << 20))
+        raw: bytes | None = None
+        if local is None:
+            raw = self._open_bytes(path)
+            if not raw.strip():
+                return pa.table({})  # an empty file holds no documents
+        elif os.path.getsize(local) == 0:
+            return pa.table({})
         while True:
+            opts = pj.ReadOptions(block_size=block, use_threads=False)
             try:
-                opts = pj.ReadOptions(block_size=block, use_threads=False)
-                return pj.read_json(io.BytesIO(raw), read_options=opts)
+                source = local if raw is None else io.BytesIO(raw)
+                return pj.read_json(source, read_options=opts)
             except pa.ArrowInvalid as exc:
                 if "straddling" in str(exc) and block < max_block:
                     block = min(block * 2, max_block)
                     continue
+                if raw is None:
+                    raw = self._open_bytes(path)
+                    if not raw.strip():
+                        return pa.table({})
                 bad = _first_bad_line(raw)
                 if bad is not None:
                     msg = f"Malformed JSON in {path} at line {bad[0]}: {bad[1]}"
