@@ -204,3 +204,17 @@ def test_running_scheduler_by_address(jsonl_input, tmp_path):
         assert len(result) == len(jsonl_input)
         # the external cluster is left running
         assert cluster.scheduler_info["workers"]
+
+
+def test_overwrite_mode_empties_the_output_when_the_run_starts(executor, jsonl_input, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.jsonl").write_text('{"old": 1}\n')
+    writer = JsonlWriter(path=str(out), mode="overwrite")
+    assert (out / "stale.jsonl").exists()  # building the stage deletes nothing
+    p = Pipeline(name="overwrite")
+    p.add_stage(JsonlReader(file_paths=os.path.dirname(jsonl_input[0])))
+    p.add_stage(writer)
+    result = p.run(executor=executor)
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(t.data[0]) for t in result)
+    assert len(result) == len(jsonl_input)

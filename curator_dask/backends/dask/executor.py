@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from curator_dask import config
+from curator_dask import config as _config
 from curator_dask.backends.base import BaseExecutor
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan
@@ -83,7 +83,7 @@ class DaskExecutor(BaseExecutor):
 
     def __init__(
         self,
-        config_: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
         *,
         address: str | None = None,
         client: Client | None = None,
@@ -95,7 +95,7 @@ class DaskExecutor(BaseExecutor):
         dashboard_address: str | None = None,
         cluster_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(config_)
+        super().__init__(config)
         if address is not None and client is not None:
             msg = "DaskExecutor: pass either address= or client=, not both"
             raise ValueError(msg)
@@ -107,12 +107,16 @@ class DaskExecutor(BaseExecutor):
             raise ValueError(msg)
         self.address = address
         self._given_client = client
-        self.n_workers = config.get("local-cluster.n-workers", n_workers) or os.cpu_count() or 1
-        self.threads_per_worker = config.get("local-cluster.threads-per-worker", threads_per_worker)
-        self.max_in_flight = config.get("execution.max-in-flight", max_in_flight)
-        self.fuse = bool(config.get("execution.fuse", fuse))
-        self.progress = config.get("execution.progress", progress)
-        self.dashboard_address = config.get("local-cluster.dashboard-address", dashboard_address)
+        self.n_workers = _config.get("local-cluster.n-workers", n_workers) or os.cpu_count() or 1
+        self.threads_per_worker = _config.get(
+            "local-cluster.threads-per-worker", threads_per_worker
+        )
+        self.max_in_flight = _config.get("execution.max-in-flight", max_in_flight)
+        self.fuse = bool(_config.get("execution.fuse", fuse))
+        self.progress = _config.get("execution.progress", progress)
+        self.dashboard_address = _config.get(
+            "local-cluster.dashboard-address", dashboard_address
+        )
         self.cluster_kwargs = dict(cluster_kwargs or {})
         self._client: Client | None = None
         self._cluster: Any = None
@@ -131,19 +135,21 @@ class DaskExecutor(BaseExecutor):
             self._client = self._given_client
         elif self.address is not None:
             self._client = Client(self.address)
+            # Remote workers do not share the driver's stderr: bring stage logs back.
+            self._client.forward_logging("curator_dask")
         else:
             kwargs = {
                 "n_workers": self.n_workers,
                 "threads_per_worker": self.threads_per_worker,
                 "processes": True,
-                "host": config.get("local-cluster.host"),
+                "host": _config.get("local-cluster.host"),
                 "dashboard_address": self.dashboard_address,
                 **self.cluster_kwargs,
             }
-            trim = config.get("local-cluster.malloc-trim-threshold")
+            trim = _config.get("local-cluster.malloc-trim-threshold")
             self._cluster = EmbeddedCluster(malloc_trim_threshold=trim, **kwargs)
             self._client = Client(self._cluster.cluster)
-        timeout = config.get("cluster.wait-for-workers-timeout")
+        timeout = _config.get("cluster.wait-for-workers-timeout")
         self._client.wait_for_workers(1, timeout=timeout)
         link = getattr(self._client, "dashboard_link", None)
         if link and self._dashboard_available():
