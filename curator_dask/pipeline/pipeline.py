@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,7 @@ class Pipeline:
         executor: BaseExecutor | None = None,
         initial_tasks: list[Task] | None = None,
         checkpoint_path: str | None = None,
+        checkpoint_storage_options: dict | None = None,
     ) -> list[Task]:
         """Build and run the pipeline; returns the sink stage's output tasks.
 
@@ -111,16 +113,24 @@ class Pipeline:
             executor: where to run; default: a ``DaskExecutor`` on an embedded LocalCluster.
             initial_tasks: tasks fed to the first stage instead of ``[EmptyTask()]``; they get
                 the ids ``"0_<i>"``.
-            checkpoint_path: resumable runs (not available yet in this version).
+            checkpoint_path: skip sources completed by earlier runs with the same path and
+                record completions (a local path, a network file system, or an fsspec URL
+                such as ``s3://bucket/ckpt``); see docs/resumable-processing.md.
+            checkpoint_storage_options: fsspec options for a remote ``checkpoint_path``.
         """
         self.build()
         if checkpoint_path is not None:
-            msg = (
-                "checkpoint_path is not supported yet by this version of curator_dask: "
-                "resumable runs arrive with the resumability feature. Run without "
-                "checkpoint_path for now."
-            )
-            raise NotImplementedError(msg)
+            non_resumable = [s.name for s in self.stages if not s.is_resumable]
+            if non_resumable:
+                msg = (
+                    f"checkpoint_path was set, but these stages are not marked resumable: "
+                    f"{non_resumable}. Set is_resumable=True on a stage only once you've "
+                    f"confirmed its input\u2192output mapping is resumability-safe."
+                )
+                raise ValueError(msg)
+            from curator_dask.resumability.client import normalize_checkpoint_url
+
+            checkpoint_path = normalize_checkpoint_url(checkpoint_path)
         for stage in self.stages:
             prepare = getattr(stage, "prepare_output", None)
             if callable(prepare):
@@ -132,7 +142,13 @@ class Pipeline:
         if initial_tasks:
             lineage.assign_root_task_ids(initial_tasks)
         logger.info("Running pipeline %r with %d stages", self.name, len(self.stages))
-        return executor.execute(self.stages, initial_tasks)
+        if checkpoint_path is None:
+            return executor.execute(self.stages, initial_tasks)
+        if "checkpoint_path" not in inspect.signature(executor.execute).parameters:
+            msg = f"{type(executor).__name__} does not support checkpoint_path; use DaskExecutor"
+            raise TypeError(msg)
+        return executor.execute(self.stages, initial_tasks, checkpoint_path=checkpoint_path,
+                                checkpoint_storage_options=checkpoint_storage_options)
 
 
 def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:

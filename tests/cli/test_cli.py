@@ -126,12 +126,3 @@ def test_nemo_curator_import_paths_fall_back(tmp_path):
         (tmp_path / "f.py").write_text("def make():\n    return 3\n")
         load_pipeline(f"{tmp_path / 'f.py'}:make")
 
-
-def test_checkpoint_path_is_a_clear_usage_error_until_supported(tmp_path):
-    (tmp_path / "p.yaml").write_text(
-        "stages:\n  - _target_: curator_dask.stages.text.io.reader.JsonlReader\n"
-        "    file_paths: in\n")
-    out = cli("run", "p.yaml", "--checkpoint-path", "ckpt", cwd=tmp_path, timeout=60)
-    assert out.returncode == 2
-    assert "checkpoint_path is not supported yet" in out.stderr
-    assert not (tmp_path / "ckpt").exists()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 from curator_dask import lineage
 from curator_dask.errors import StageError
+from curator_dask.resumability.counters import DeltaLog, stage_deltas
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import NoneTask, StagePerfStats, Task
 
@@ -71,8 +72,10 @@ class StageAdapter:
     def __init__(self, stage: ProcessingStage) -> None:
         self.stage = stage
 
-    def process_batch(self, tasks: list[Task], count: StageCount | None = None) -> list[Task]:
-        """Process one batch; add what happened to ``count`` when given."""
+    def process_batch(
+        self, tasks: list[Task], count: StageCount | None = None, deltas: DeltaLog | None = None
+    ) -> list[Task]:
+        """Process one batch; add what happened to ``count``, completion deltas to ``deltas``."""
         stage = self.stage
         start = time.perf_counter()
         try:
@@ -90,8 +93,11 @@ class StageAdapter:
         if stage.is_source_stage and n_failed:
             msg = f"Source stage {stage.name} emitted FailedTask, which is not supported."
             raise ValueError(msg)
-        # Later steps of CONTRACT §7.2 (failed-task markers, shard filter, completion
-        # deltas) hook in here, on `results` while sentinels are still in place.
+        # Later steps of CONTRACT §7.2 (failed-task markers, shard filter) hook in here too,
+        # on `results` while sentinels are still in place.
+        if deltas is not None and not stage.is_source_stage:
+            deltas.add(stage_deltas(type(stage).__name__, tasks, results,
+                                    is_sink=stage.is_sink_stage))
         results = [r for r in results if not lineage.is_sentinel(r)]
         stats = StagePerfStats(
             stage_name=stage.name,
@@ -116,7 +122,9 @@ class StageAdapter:
 
 
 def run_stages(
-    adapters: Sequence[StageAdapter], batches: list[list[Task]]
+    adapters: Sequence[StageAdapter],
+    batches: list[list[Task]],
+    deltas: DeltaLog | None = None,
 ) -> tuple[list[list[Task]], list[StageCount]]:
     """Run ``adapters`` in order over ``batches`` (tasks grouped by the call that made them).
 
@@ -130,7 +138,7 @@ def run_stages(
         produced: list[list[Task]] = []
         for group in batches:
             for i in range(0, len(group), size):
-                out = adapter.process_batch(group[i : i + size], count)
+                out = adapter.process_batch(group[i : i + size], count, deltas)
                 if out:
                     produced.append(out)
         batches = produced

@@ -40,12 +40,16 @@ class RunResult(list):
     Attributes:
         stage_counts: ``[(stage name, StageCount), ...]`` in pipeline order.
         num_sources: source tasks the head produced.
+        skipped_sources: sources a checkpoint marked complete (not processed again).
+        checkpoint: the completion plugin's summary (completed, pending, failed sources, ...).
         wall_time: seconds from the start of ``execute`` to its end.
         dashboard_link: the Dask dashboard URL, when there was one.
     """
 
     stage_counts: list[tuple[str, StageCount]]
     num_sources: int = 0
+    skipped_sources: int = 0
+    checkpoint: dict[str, Any] | None = None
     wall_time: float = 0.0
     dashboard_link: str | None = None
 
@@ -182,34 +186,69 @@ class DaskExecutor(BaseExecutor):
 
     # -- execution --------------------------------------------------------------------------
     def execute(
-        self, stages: list[ProcessingStage], initial_tasks: list[Task] | None = None
+        self,
+        stages: list[ProcessingStage],
+        initial_tasks: list[Task] | None = None,
+        *,
+        checkpoint_path: str | None = None,
+        checkpoint_storage_options: dict | None = None,
     ) -> RunResult:
-        """Run built ``stages`` and return the sink's outputs as a :class:`RunResult`."""
+        """Run built ``stages`` and return the sink's outputs as a :class:`RunResult`.
+
+        With ``checkpoint_path`` (already validated by ``Pipeline.run``), sources completed
+        earlier are skipped and completions are recorded (see :mod:`curator_dask.resumability`).
+        """
         started = time.perf_counter()
         plan = build_plan(stages, fuse=self.fuse)
         run_id = uuid.uuid4().hex[:12]
         counts: dict[int, StageCount] = {i: StageCount() for i in range(len(stages))}
         client = self.start()
+        completion = None
+        summary: dict[str, Any] | None = None
+        skipped = 0
         try:
             self._check_resources(client, stages, plan)
+            if checkpoint_path is not None:
+                from curator_dask.resumability.client import CompletionClient
+
+                completion = CompletionClient(client, run_id, checkpoint_path,
+                                              storage_options=checkpoint_storage_options)
             head_start = time.perf_counter()
             sources = self._run_head(stages, plan, initial_tasks or [EmptyTask()], counts)
             head_seconds = time.perf_counter() - head_start
             logger.debug("head: %d sources in %.3f s", len(sources), head_seconds)
-            if plan.groups:
-                outputs = self._stream(client, run_id, stages, plan, sources, counts)
+            todo = sources
+            if completion is not None:
+                todo, skipped = completion.open_sources(sources)
+            if plan.groups and todo:
+                outputs = self._stream(client, run_id, stages, plan, todo, counts,
+                                       counting=completion is not None)
             else:
-                outputs = sources
+                outputs = todo
+            if completion is not None:
+                summary = completion.close()
         finally:
+            if completion is not None and summary is None:
+                try:
+                    summary = completion.close()
+                except Exception as exc:  # noqa: BLE001 (do not hide the run's own error)
+                    logger.error("resumability: could not flush the checkpoint: %s", exc)
             if not self._entered:
                 self.close()
+        if summary and summary.get("errors"):
+            from curator_dask.resumability.client import CheckpointError
+
+            msg = "the completion plugin failed:\n" + "\n".join(summary["errors"])
+            raise CheckpointError(msg)
         result = RunResult(outputs)
         result.stage_counts = [(s.name, counts[i]) for i, s in enumerate(stages)]
         result.num_sources = len(sources)
+        result.skipped_sources = skipped
+        result.checkpoint = summary
         result.wall_time = time.perf_counter() - started
         result.dashboard_link = getattr(client, "dashboard_link", None)
         logger.info(
-            "Finished %d sources in %.2f s: %d output tasks", len(sources), result.wall_time,
+            "Finished %d sources in %.2f s: %d output tasks", len(todo), result.wall_time,
             len(outputs),
         )
         return result
@@ -268,13 +307,15 @@ class DaskExecutor(BaseExecutor):
         plan: ExecutionPlan,
         sources: list[Task],
         counts: dict[int, StageCount],
+        *,
+        counting: bool = False,
     ) -> list[Task]:
         from distributed import as_completed
         from tqdm.auto import tqdm
 
         from curator_dask.backends.dask.worker import GroupResult, StageHost, run_group
 
-        host = StageHost(run_id, list(stages))
+        host = StageHost(run_id, list(stages), counting=counting)
         started = time.perf_counter()
         client.register_plugin(host, name=host.name)
         logger.debug("stages sent to workers in %.3f s", time.perf_counter() - started)

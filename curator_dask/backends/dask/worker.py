@@ -26,6 +26,8 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.resumability.counters import DeltaLog
+from curator_dask.resumability.plugin import TOPIC
 from curator_dask.stages.base import NodeInfo, ProcessingStage, WorkerMetadata
 from curator_dask.tasks import Task
 
@@ -78,9 +80,10 @@ def setup_node_once(run_id: str, stages: list[ProcessingStage], worker_id: str) 
 class StageHost(WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
 
-    def __init__(self, run_id: str, stages: list[ProcessingStage]) -> None:
+    def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False):
         self.run_id = run_id
         self.stages = stages
+        self.counting = counting
         self.name = plugin_name(run_id)
 
     def setup(self, worker: Any = None) -> None:
@@ -111,7 +114,11 @@ class StageHost(WorkerPlugin):
 
     def run_group(self, stage_indices: tuple[int, ...], previous: GroupResult) -> GroupResult:
         adapters = [self.adapter(i) for i in stage_indices]
-        batches, stage_counts = run_stages(adapters, previous.batches)
+        deltas = DeltaLog() if self.counting else None
+        batches, stage_counts = run_stages(adapters, previous.batches, deltas)
+        if deltas:
+            # Sent before this task's result: the scheduler sees a parent's deltas first.
+            get_worker().log_event(TOPIC, deltas.message(self.run_id))
         counts = dict(previous.counts)
         counts.update(zip(stage_indices, stage_counts, strict=True))
         return GroupResult(batches=batches, counts=counts)

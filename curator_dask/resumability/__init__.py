@@ -1,0 +1,1 @@
+"""Resumable processing: completion counters, the LMDB completion store, the scheduler plugin."""

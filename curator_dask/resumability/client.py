@@ -1,0 +1,93 @@
+"""Driver side of resumable runs: register the completion plugin, open sources, flush, close."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from curator_dask.resumability.counters import source_deltas
+from curator_dask.resumability.plugin import CompletionPlugin, handler_names
+from curator_dask.utils.files import is_remote_url
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from curator_dask.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointError(RuntimeError):
+    """The completion plugin failed; completions after the failure may not be recorded."""
+
+
+def normalize_checkpoint_url(path: str) -> str:
+    """An absolute local path (created) or the URL unchanged, as NeMo Curator resolves it."""
+    path = os.fspath(path)
+    if is_remote_url(path):
+        return path.rstrip("/")
+    local = path[len("file://"):] if path.startswith("file://") else path
+    local = os.path.abspath(local)
+    os.makedirs(local, exist_ok=True)
+    return local
+
+
+class CompletionClient:
+    """One checkpointed run's connection to its ``CompletionPlugin`` on the scheduler.
+
+    Example:
+        >>> # client = CompletionClient(dask_client, "run1", "/ckpt")
+        >>> # todo = client.open_sources(sources)   # drops completed sources
+        >>> # summary = client.close()               # flushes to LMDB
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        run_id: str,
+        checkpoint_url: str,
+        *,
+        storage_options: dict | None = None,
+        flush_interval: float = 0.2,
+        publish_interval: float = 5.0,
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.checkpoint_url = checkpoint_url
+        self.names = handler_names(run_id)
+        plugin = CompletionPlugin(
+            checkpoint_url, run_id, storage_options=storage_options, owner=client.id,
+            flush_interval=flush_interval, publish_interval=publish_interval,
+        )
+        client.register_plugin(plugin, name=plugin.name)
+        self._closed = False
+
+    def _call(self, op: str, **kwargs: Any) -> Any:
+        method = getattr(self.client.scheduler, self.names[op])
+        return self.client.sync(method, **kwargs)
+
+    def open_sources(self, sources: list[Task]) -> tuple[list[Task], int]:
+        """Drop completed sources, open the rest; returns ``(to process, skipped count)``."""
+        opened = source_deltas(sources)
+        completed = set(self._call("open_sources", sources=[[t, s] for t, s, _ in opened]))
+        todo = [t for t in sources if t._source_id not in completed]
+        skipped = len(sources) - len(todo)
+        logger.info(
+            "%d source partitions: %d already complete (skipped), %d to process",
+            len(sources), skipped, len(todo),
+        )
+        return todo, skipped
+
+    def flush(self) -> dict[str, Any]:
+        return self._call("flush")
+
+    def close(self) -> dict[str, Any]:
+        """Flush every completion to the store, close it, and remove the plugin."""
+        if self._closed:
+            return {}
+        self._closed = True
+        summary = self._call("close")
+        for text, n in summary.get("warnings", {}).items():
+            logger.warning("%s (%d batch%s)", text, n, "" if n == 1 else "es")
+        return summary

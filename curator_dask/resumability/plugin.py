@@ -1,0 +1,226 @@
+"""``CompletionPlugin``: counts pending descendants of each source on the scheduler.
+
+- The driver calls the ``open_sources`` handler once with every source: it answers which are
+  already complete and opens the rest with their ``+1``.
+- Workers send batched ``(task_id, source_id, delta)`` lists with ``Worker.log_event`` on the
+  ``curator-dask-deltas`` topic, tagged with the run id; the worker's batched stream delivers
+  them before the task-finished message, so a child's ``-1`` never overtakes its parent's
+  fan-out ``+k``. Other topics and other runs are ignored, so several checkpointed pipelines
+  can share one cluster.
+- Counts are applied in the event loop (cheap, pure Python). LMDB commits happen on a writer
+  thread, batched, at most ``flush_interval`` seconds after a source completes.
+- Exceptions inside hooks are kept in ``errors`` (distributed would swallow them); the driver
+  fails the run when any exist.
+- The ``close`` handler (called by the driver at the end), the scheduler's shutdown, or the
+  owning client's disconnect flush and close the store and unregister the plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import traceback
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from curator_dask.resumability.counters import CounterBook
+from curator_dask.resumability.store import CompletionStore
+
+logger = logging.getLogger(__name__)
+
+TOPIC = "curator-dask-deltas"
+
+
+def handler_names(run_id: str) -> dict[str, str]:
+    """Scheduler handler names of one run's plugin."""
+    return {op: f"curator_dask_{op}_{run_id}" for op in ("open_sources", "flush", "close")}
+
+
+class CompletionPlugin(SchedulerPlugin):
+    """One checkpointed run's completion counter and LMDB writer, on the scheduler."""
+
+    def __init__(
+        self,
+        checkpoint_url: str,
+        run_id: str,
+        *,
+        storage_options: dict | None = None,
+        owner: str | None = None,
+        writer_id: str | None = None,
+        staged: bool | None = None,
+        flush_interval: float = 0.2,
+        publish_interval: float = 5.0,
+    ) -> None:
+        self.checkpoint_url = checkpoint_url
+        self.run_id = run_id
+        self.name = f"curator-dask-completion-{run_id}"
+        self.storage_options = dict(storage_options or {})
+        self.owner = owner
+        self.writer_id = writer_id
+        self.staged = staged
+        self.flush_interval = flush_interval
+        self.publish_interval = publish_interval
+        self.errors: list[str] = []
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.failed_sources: set[str] = set()
+        self.warnings: dict[str, int] = {}
+        self.deltas_received = 0
+        self._closed = False
+        self._queue: queue.Queue = queue.Queue()
+        self._cv = threading.Condition()
+        self._submitted = 0
+        self._committed = 0
+        # Opening the store and reading every writer's file can take a while: not on the loop.
+        self.store, completed = await asyncio.to_thread(self._open_store)
+        self.book = CounterBook(completed)
+        self.loaded = len(completed)
+        self._thread = threading.Thread(target=self._writer_loop, name=f"{self.name}-writer",
+                                        daemon=True)
+        self._thread.start()
+        names = handler_names(self.run_id)
+        scheduler.handlers[names["open_sources"]] = self.open_sources
+        scheduler.handlers[names["flush"]] = self.flush
+        scheduler.handlers[names["close"]] = self.close_handler
+
+    def _open_store(self) -> tuple[CompletionStore, set[str]]:
+        store = CompletionStore(
+            self.checkpoint_url, writer_id=self.writer_id, storage_options=self.storage_options,
+            staged=self.staged, publish_interval=self.publish_interval,
+        )
+        return store, store.load_union()
+
+    async def close(self) -> None:
+        """Flush and close the store (idempotent); also called at scheduler shutdown."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        await self._drain()
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+        try:
+            await asyncio.to_thread(self.store.close)
+        except Exception:  # noqa: BLE001 (kept for the driver)
+            self.errors.append(traceback.format_exc())
+        for handler in handler_names(self.run_id).values():
+            self.scheduler.handlers.pop(handler, None)
+
+    async def close_handler(self, comm: Any = None) -> dict[str, Any]:
+        summary = await self.flush()
+        await self.close()
+        if self.name in self.scheduler.plugins:
+            self.scheduler.remove_plugin(self.name)
+        summary["errors"] = list(self.errors)
+        return summary
+
+    def remove_client(
+        self, scheduler: Any = None, client: str | None = None, **kwargs: Any
+    ) -> None:
+        if self.owner is not None and client == self.owner and not self._closed:
+            logger.warning("resumability: owning client %s disconnected; flushing %s", client,
+                           self.checkpoint_url)
+            scheduler = scheduler or self.scheduler
+
+            async def _shutdown() -> None:
+                await self.close()
+                if self.name in scheduler.plugins:
+                    scheduler.remove_plugin(self.name)
+
+            asyncio.ensure_future(_shutdown())
+
+    # -- counting ---------------------------------------------------------------------------
+    def open_sources(self, comm: Any = None, sources: list | None = None) -> list[str]:
+        """Given ``[(task_id, source_id), ...]``: return the completed source ids and open the
+        others with ``+1``."""
+        try:
+            completed = [sid for _, sid in sources or [] if self.book.is_completed(sid)]
+            done = set(completed)
+            opened = [(str(t), str(s), 1) for t, s in sources or [] if s not in done]
+            self._apply(opened)
+            return completed
+        except Exception:
+            self.errors.append(traceback.format_exc())
+            raise
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        if topic != TOPIC or not isinstance(msg, dict) or msg.get("run") != self.run_id:
+            return
+        try:
+            deltas = [(str(t), str(s), int(d)) for t, s, d in msg.get("deltas", ())]
+            self.deltas_received += len(deltas)
+            self.failed_sources.update(str(s) for s in msg.get("failed", ()))
+            for text in msg.get("warnings", ()):
+                self.warnings[text] = self.warnings.get(text, 0) + 1
+            self._apply(deltas)
+        except Exception:  # noqa: BLE001 (distributed's event broker would swallow it)
+            self.errors.append(traceback.format_exc())
+
+    def _apply(self, deltas: list[tuple[str, str, int]]) -> None:
+        if self._closed:
+            return  # like NeMo Curator's closed actor: late deltas are dropped
+        done, undone = self.book.apply(deltas)
+        if done or undone:
+            with self._cv:
+                self._submitted += 1
+            self._queue.put((done, undone))
+
+    # -- the writer thread ------------------------------------------------------------------
+    def _writer_loop(self) -> None:
+        stop = False
+        while not stop:
+            batch = [self._queue.get()]
+            # Gather whatever else arrives within flush_interval into one transaction.
+            try:
+                while True:
+                    batch.append(self._queue.get(timeout=self.flush_interval))
+            except queue.Empty:
+                pass
+            stop = None in batch
+            entries = [e for e in batch if e is not None]
+            final: dict[str, bool] = {}
+            for done, undone in entries:
+                final.update(dict.fromkeys(done, True))
+                final.update(dict.fromkeys(undone, False))
+            try:
+                self.store.remove([sid for sid, ok in final.items() if not ok])
+                self.store.add([sid for sid, ok in final.items() if ok])
+                self.store.maybe_publish()
+            except Exception:  # noqa: BLE001 (kept for the driver)
+                self.errors.append(traceback.format_exc())
+            with self._cv:
+                self._committed += len(entries)
+                self._cv.notify_all()
+
+    def _wait_committed(self, target: int) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: self._committed >= target)
+
+    async def _drain(self) -> None:
+        with self._cv:
+            target = self._submitted
+        await asyncio.to_thread(self._wait_committed, target)
+
+    async def flush(self, comm: Any = None) -> dict[str, Any]:
+        """Wait until every completion is committed (and published when staged)."""
+        if not self._closed:
+            await self._drain()
+            try:
+                await asyncio.to_thread(self.store.publish)
+            except Exception:  # noqa: BLE001 (kept for the driver)
+                self.errors.append(traceback.format_exc())
+        return {
+            "completed": len(self.book.completed),
+            "loaded": self.loaded,
+            "pending": len(self.book.pending),
+            "failed_sources": sorted(self.failed_sources),
+            "warnings": dict(self.warnings),
+            "deltas": self.deltas_received,
+            "errors": list(self.errors),
+            "unreadable": list(self.store.unreadable),
+            "writer_file": self.store.remote_path,
+        }

@@ -1,0 +1,263 @@
+"""``CompletionStore``: completed source ids in NeMo Curator 1.4's LMDB layout (CONTRACT §4).
+
+One writer file per process, ``<checkpoint>/.nemo_curator_metadata/<host>-<pid>.mdb``, named
+database ``completed_sources``, key = source id (UTF-8), value ``b"1"``. At start the store reads
+the union of every ``*.mdb`` in that directory; an unreadable file is skipped with a warning.
+
+LMDB memory-maps its file and needs a local POSIX file system. For object stores (``s3://``,
+``memory://``, ...) and network file systems (NFS, Lustre, GPFS, ...; detected from the mount
+table) the writer keeps its file on local disk and *publishes* a compact snapshot to the shared
+path every ``publish_interval`` seconds while dirty and at close, by one upload (object stores)
+or a temp file + rename (network file systems). Completions newer than the last snapshot are
+lost if the process dies: that is the durability window, and those sources are replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+
+import fsspec
+import lmdb
+
+from curator_dask.utils.files import is_remote_url
+
+logger = logging.getLogger(__name__)
+
+METADATA_DIRNAME = ".nemo_curator_metadata"
+DB_NAME = b"completed_sources"
+MAP_SIZE = 1 << 30
+NETWORK_FS_TYPES = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "cephfs", "ceph",
+    "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs",
+    "9p", "afs", "panfs", "wekafs", "fuse.weka",
+})
+
+
+def default_writer_id() -> str:
+    """``<hostname>-<pid>`` of this process, as NeMo Curator names its writer files."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def mount_fs_type(path: str, mounts_file: str = "/proc/mounts") -> str | None:
+    """The file-system type of the mount that holds ``path`` (longest mount-point prefix)."""
+    path = os.path.realpath(path)
+    best, best_type = "", None
+    try:
+        with open(mounts_file, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount_point = parts[1].replace("\\040", " ")
+        prefix = mount_point.rstrip("/") + "/"
+        if (path == mount_point or path.startswith(prefix) or mount_point == "/") and len(
+            mount_point
+        ) >= len(best):
+            best, best_type = mount_point, parts[2]
+    return best_type
+
+
+def needs_staging(checkpoint_url: str, mounts_file: str = "/proc/mounts") -> bool:
+    """True when LMDB cannot live at ``checkpoint_url`` itself (object store or network FS)."""
+    if is_remote_url(checkpoint_url):
+        return True
+    local = checkpoint_url[len("file://"):] if checkpoint_url.startswith("file://") else (
+        checkpoint_url)
+    existing = os.path.abspath(local)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    fs_type = mount_fs_type(existing, mounts_file)
+    return fs_type is not None and fs_type.lower() in NETWORK_FS_TYPES
+
+
+def open_writer_env(path: str) -> lmdb.Environment:
+    """Open a writer file with NeMo Curator's exact flags."""
+    return lmdb.open(path, subdir=False, lock=False, max_dbs=1, map_size=MAP_SIZE,
+                     metasync=False, sync=True, readahead=False)
+
+
+def read_completed(path: str) -> set[str]:
+    """Completed ids in one ``.mdb`` file, opened as NeMo Curator's reader opens it.
+
+    Raises ``lmdb.Error`` for an unreadable file. A file without the named database holds none.
+    """
+    env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=1)
+    try:
+        try:
+            db = env.open_db(DB_NAME, create=False)
+        except lmdb.NotFoundError:
+            return set()
+        with env.begin() as txn, txn.cursor(db=db) as cur:
+            return {bytes(k).decode() for k, _ in cur}
+    finally:
+        env.close()
+
+
+class CompletionStore:
+    """This process's writer file plus the union of every writer's completions.
+
+    Example:
+        >>> import tempfile
+        >>> store = CompletionStore(tempfile.mkdtemp(), writer_id="doc-1")
+        >>> store.add(["abc123"])
+        >>> store.load_union()
+        {'abc123'}
+        >>> store.close()
+    """
+
+    def __init__(
+        self,
+        checkpoint_url: str,
+        *,
+        writer_id: str | None = None,
+        storage_options: dict | None = None,
+        staged: bool | None = None,
+        publish_interval: float = 5.0,
+    ) -> None:
+        self.checkpoint_url = checkpoint_url.rstrip("/")
+        self.writer_id = writer_id or default_writer_id()
+        if "/" in self.writer_id or self.writer_id.startswith("."):
+            msg = f"writer_id must be a plain file name, got {self.writer_id!r}"
+            raise ValueError(msg)
+        self.fs, root = fsspec.core.url_to_fs(self.checkpoint_url, **(storage_options or {}))
+        self.meta_dir = self.fs.sep.join([root.rstrip(self.fs.sep), METADATA_DIRNAME])
+        self.remote_path = self.fs.sep.join([self.meta_dir, f"{self.writer_id}.mdb"])
+        self.staged = needs_staging(self.checkpoint_url) if staged is None else staged
+        self.publish_interval = publish_interval
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._last_publish = time.monotonic()
+        self.fs.makedirs(self.meta_dir, exist_ok=True)
+        if self.staged:
+            self._local_dir = tempfile.mkdtemp(prefix="curator-dask-ckpt-")
+            self.local_path = os.path.join(self._local_dir, f"{self.writer_id}.mdb")
+            if self.fs.exists(self.remote_path):
+                # A recycled pid resumes its own file, as NeMo Curator's writer does.
+                self.fs.get_file(self.remote_path, self.local_path)
+        else:
+            self._local_dir = None
+            self.local_path = self.remote_path
+        self.env: lmdb.Environment | None = open_writer_env(self.local_path)
+        self.db = self.env.open_db(DB_NAME)
+        self.unreadable: list[str] = []
+
+    # -- reading ----------------------------------------------------------------------------
+    def own_completed(self) -> set[str]:
+        with self.env.begin() as txn, txn.cursor(db=self.db) as cur:
+            return {bytes(k).decode() for k, _ in cur}
+
+    def writer_files(self) -> list[str]:
+        """Every writer file in the metadata directory (file-system paths), sorted."""
+        pattern = self.fs.sep.join([self.meta_dir, "*.mdb"])
+        return sorted(self.fs.glob(pattern))
+
+    def load_union(self) -> set[str]:
+        """Own completions plus those of every other ``*.mdb`` (unreadable files skipped)."""
+        completed = self.own_completed()
+        self.unreadable = []
+        others = [p for p in self.writer_files() if p != self.remote_path]
+        if not others:
+            return completed
+        remote = self._is_remote()
+        download_dir = tempfile.mkdtemp(prefix="curator-dask-union-") if remote else None
+        try:
+            for path in others:
+                shown = self.fs.unstrip_protocol(path) if self._is_remote() else path
+                try:
+                    local = path
+                    if download_dir is not None:
+                        local = os.path.join(download_dir, os.path.basename(path))
+                        self.fs.get_file(path, local)
+                    completed |= read_completed(local)
+                except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
+                    logger.warning(
+                        "resumability: skipping unreadable checkpoint %s: %s", shown, exc
+                    )
+                    self.unreadable.append(shown)
+        finally:
+            if download_dir is not None:
+                shutil.rmtree(download_dir, ignore_errors=True)
+        return completed
+
+    def _is_remote(self) -> bool:
+        return is_remote_url(self.checkpoint_url)
+
+    # -- writing ----------------------------------------------------------------------------
+    def add(self, source_ids: Iterable[str]) -> None:
+        """Record completed sources in one transaction (sorted keys write fastest)."""
+        keys = sorted({sid.encode() for sid in source_ids})
+        if not keys:
+            return
+        with self._lock, self.env.begin(write=True, db=self.db) as txn:
+            for key in keys:
+                txn.put(key, b"1", db=self.db, overwrite=True)
+            self._dirty = True
+
+    def remove(self, source_ids: Iterable[str]) -> None:
+        """Forget sources in this writer's own file (other writers' files are never touched)."""
+        keys = [sid.encode() for sid in source_ids]
+        if not keys:
+            return
+        with self._lock, self.env.begin(write=True, db=self.db) as txn:
+            for key in keys:
+                txn.delete(key, db=self.db)
+            self._dirty = True
+
+    def publish(self, *, force: bool = False) -> bool:
+        """Upload a snapshot of the writer file when staged and dirty; True if one was made."""
+        if not self.staged or self.env is None:
+            return False
+        with self._lock:
+            if not (self._dirty or force):
+                return False
+            snapshot = os.path.join(self._local_dir, f".{self.writer_id}.snapshot.mdb")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot)
+            self.env.copy(snapshot, compact=True)
+            self._dirty = False
+        try:
+            if self._is_remote():
+                self.fs.put_file(snapshot, self.remote_path)
+            else:
+                tmp = self.remote_path + f".{os.getpid()}.tmp"
+                shutil.copyfile(snapshot, tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.remote_path)
+        except BaseException:
+            self._dirty = True
+            raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(snapshot)
+        self._last_publish = time.monotonic()
+        return True
+
+    def maybe_publish(self) -> bool:
+        """Publish when staged, dirty, and ``publish_interval`` has passed since the last one."""
+        if time.monotonic() - self._last_publish < self.publish_interval:
+            return False
+        return self.publish()
+
+    def close(self) -> None:
+        """Publish (when staged) and close; idempotent."""
+        if self.env is None:
+            return
+        try:
+            self.publish()
+        finally:
+            env, self.env = self.env, None
+            env.close()
+            if self._local_dir is not None:
+                shutil.rmtree(self._local_dir, ignore_errors=True)
