@@ -1,8 +1,8 @@
 # The seed's resume_demo.py (NeMo Curator's "Interrupt and Resume Example") with the imports
 # renamed from nemo_curator to curator_dask. Run from examples/ after generating ./input:
-#   python generate_sample_data.py && python resume_demo.py
-# Resumable runs (checkpoint_path) arrive with the resumability feature; until then the last
-# line runs without it.
+#   python generate_sample_data.py --if-missing && python resume_demo.py
+# Interrupt it with Ctrl+C once a few files are in ./output, then run it again: it skips the
+# partitions that completed. Delete ./checkpoints to start over.
 import time
 from dataclasses import dataclass
 
@@ -35,4 +35,4 @@ pipeline.add_stage(
 pipeline.add_stage(SlowPassThrough())
 pipeline.add_stage(JsonlWriter(path="./output"))
 
-pipeline.run()
+pipeline.run(checkpoint_path="./checkpoints/resume-demo")

@@ -44,6 +44,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-fuse", action="store_true", help="one Dask task per stage")
     run.add_argument("-v", "--verbose", action="count", default=0,
                      help="more log output (-v: debug for curator_dask, -vv: also Dask)")
+
+    checkpoint = sub.add_parser("checkpoint", help="look at a checkpoint")
+    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
+                                               required=True)
+    inspect = checkpoint_sub.add_parser(
+        "inspect",
+        help="list writer files and completed sources",
+        description=(
+            "List the writer files of a checkpoint (completed counts, unreadable files) and, "
+            "with --input, which input partitions are complete. Read-only."
+        ),
+    )
+    inspect.add_argument("path", metavar="PATH", help="the checkpoint_path of the runs")
+    inspect.add_argument("--input", metavar="GLOB",
+                         help="the pipeline's input (file_paths) to map ids back to files")
+    inspect.add_argument("--files-per-partition", type=int, metavar="N",
+                         help="as the pipeline's reader (ids hash each file group)")
+    inspect.add_argument("--blocksize", metavar="SIZE", help="as the pipeline's reader")
+    inspect.add_argument("--extensions", metavar="EXT", nargs="+",
+                         help="file extensions to include (default: .jsonl .json .parquet)")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     return parser
 
 
@@ -103,6 +125,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from curator_dask.resumability.inspect import inspect_checkpoint, map_partitions
+
+    if args.files_per_partition is not None and args.blocksize is not None:
+        raise UsageError("--files-per-partition and --blocksize are exclusive (as in readers)")
+    report = inspect_checkpoint(args.path)
+    if args.input:
+        map_partitions(report, args.input, files_per_partition=args.files_per_partition,
+                       blocksize=args.blocksize, file_extensions=args.extensions)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return EXIT_OK
+    print(f"checkpoint: {report.checkpoint}")
+    print(f"metadata:   {report.metadata_dir}")
+    print(f"writer files: {len(report.writers)}")
+    for w in report.writers:
+        state = f"{w.completed} completed" if w.error is None else f"UNREADABLE ({w.error})"
+        print(f"  {w.path}  {w.size} bytes  {state}")
+    print(f"completed sources (union): {len(report.completed)}")
+    if report.partitions is not None:
+        done = sum(p.complete for p in report.partitions)
+        print(f"input: {len(report.partitions)} partitions: {done} complete, "
+              f"{len(report.partitions) - done} pending")
+        for p in report.partitions:
+            mark = "complete" if p.complete else "pending "
+            print(f"  {mark}  {p.source_id}  {', '.join(p.files)}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -110,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "checkpoint" and args.checkpoint_command == "inspect":
+            return cmd_checkpoint_inspect(args)
     except UsageError as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

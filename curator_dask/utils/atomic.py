@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import socket
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,40 @@ def temp_name(final_basename: str) -> str:
     """
     host = socket.gethostname().replace(".", "-")
     return f".{final_basename}.{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}"
+
+
+_TEMP_RE = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temp_files(directory: str) -> list[str]:
+    """Delete temp files in ``directory`` left by dead writer processes of this host.
+
+    Only names made by :func:`temp_name` whose host is this host and whose pid is no longer
+    alive are removed: a live writer here or any writer on another host is left alone.
+    """
+    host = socket.gethostname().replace(".", "-")
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = _TEMP_RE.match(name)
+        if match and match["host"] == host and not _pid_alive(int(match["pid"])):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+    return removed
 
 
 def _fsync_dir(path: str) -> None:

@@ -126,3 +126,30 @@ def test_nemo_curator_import_paths_fall_back(tmp_path):
         (tmp_path / "f.py").write_text("def make():\n    return 3\n")
         load_pipeline(f"{tmp_path / 'f.py'}:make")
 
+
+
+@pytest.mark.slow
+def test_run_with_checkpoint_then_inspect(tmp_path):
+    import json
+
+    from curator_dask.sample_data import generate_jsonl
+
+    generate_jsonl(str(tmp_path / "input"), files=3, docs_per_file=4)
+    shutil.copy(os.path.join(EXAMPLES, "demo_pipeline.yaml"), tmp_path / "p.yaml")
+    first = cli("run", "p.yaml", "--workers", "1", "--checkpoint-path", "ckpt", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "3 source partitions: 0 already complete (skipped), 3 to process" in first.stderr
+    again = cli("run", "p.yaml", "--workers", "1", "--checkpoint-path", "ckpt", cwd=tmp_path)
+    assert "3 source partitions: 3 already complete (skipped), 0 to process" in again.stderr
+    meta = tmp_path / "ckpt" / ".nemo_curator_metadata"
+    (meta / "garbage.mdb").write_bytes(b"not an lmdb file" * 100)
+    (tmp_path / "input" / "part-99999.jsonl").write_text('{"id": "x", "text": "y"}\n')
+    out = cli("checkpoint", "inspect", "ckpt", "--input", "input", cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "writer files: 3" in out.stdout and "UNREADABLE" in out.stdout
+    assert "completed sources (union): 3" in out.stdout
+    assert "input: 4 partitions: 3 complete, 1 pending" in out.stdout
+    assert "pending " in out.stdout and "part-99999.jsonl" in out.stdout
+    report = json.loads(cli("checkpoint", "inspect", "ckpt", "--json", cwd=tmp_path).stdout)
+    assert len(report["completed"]) == 3
+    assert sorted(w["completed"] is None for w in report["writers"]) == [False, False, True]

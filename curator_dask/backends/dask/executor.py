@@ -150,6 +150,8 @@ class DaskExecutor(BaseExecutor):
                 "dashboard_address": self.dashboard_address,
                 **self.cluster_kwargs,
             }
+            if not kwargs["processes"] and "host" not in self.cluster_kwargs:
+                kwargs.pop("host")  # threads in this process talk in-process, not over TCP
             trim = _config.get("local-cluster.malloc-trim-threshold")
             self._cluster = EmbeddedCluster(malloc_trim_threshold=trim, **kwargs)
             self._client = Client(self._cluster.cluster)

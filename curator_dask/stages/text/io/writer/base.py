@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from curator_dask import lineage
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
-from curator_dask.utils.atomic import write_atomic
+from curator_dask.utils.atomic import remove_stale_temp_files, write_atomic
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,11 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         The directory is emptied here rather than when the stage is built, so that a pipeline
         refused for another reason has deleted nothing.
         """
+        if isinstance(self.fs, LocalFileSystem):
+            removed = remove_stale_temp_files(self._fs_path)
+            if removed:
+                logger.info("%s: removed %d temp files of killed writers in %s", self.name,
+                            len(removed), self.path)
         if self.mode != "overwrite":
             return
         if checkpoint_path is not None:

@@ -1,0 +1,109 @@
+"""Read-only look at a checkpoint: writer files, their counts, and which inputs are complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+import fsspec
+import lmdb
+
+from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
+from curator_dask.utils.files import is_remote_url
+
+
+@dataclass
+class WriterFile:
+    path: str
+    size: int
+    completed: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class PartitionStatus:
+    source_id: str
+    files: list[str]
+    complete: bool
+
+
+@dataclass
+class CheckpointReport:
+    """What ``python -m curator_dask checkpoint inspect`` prints.
+
+    Example:
+        >>> import tempfile
+        >>> inspect_checkpoint(tempfile.mkdtemp()).completed
+        []
+    """
+
+    checkpoint: str
+    metadata_dir: str
+    writers: list[WriterFile] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+    partitions: list[PartitionStatus] | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> CheckpointReport:
+    """Read every writer file of ``checkpoint`` (never writes); unreadable files are reported."""
+    fs, root = fsspec.core.url_to_fs(checkpoint, **(storage_options or {}))
+    meta = fs.sep.join([root.rstrip(fs.sep), METADATA_DIRNAME])
+    remote = is_remote_url(checkpoint)
+    shown = (lambda p: fs.unstrip_protocol(p)) if remote else (lambda p: p)
+    report = CheckpointReport(checkpoint=checkpoint, metadata_dir=shown(meta))
+    paths = sorted(fs.glob(fs.sep.join([meta, "*.mdb"]))) if fs.exists(meta) else []
+    tmp = tempfile.mkdtemp(prefix="curator-dask-inspect-") if remote else None
+    union: set[str] = set()
+    try:
+        for path in paths:
+            writer = WriterFile(path=shown(path), size=int(fs.info(path).get("size") or 0))
+            try:
+                local = path
+                if tmp is not None:
+                    local = os.path.join(tmp, os.path.basename(path))
+                    fs.get_file(path, local)
+                ids = read_completed(local)
+                writer.completed = len(ids)
+                union |= ids
+            except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
+                writer.error = f"{type(exc).__name__}: {exc}"
+            report.writers.append(writer)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    report.completed = sorted(union)
+    return report
+
+
+def map_partitions(
+    report: CheckpointReport,
+    file_paths: str | list[str],
+    *,
+    files_per_partition: int | None = None,
+    blocksize: str | None = None,
+    file_extensions: list[str] | None = None,
+    storage_options: dict | None = None,
+) -> list[PartitionStatus]:
+    """Partition the input as a pipeline would and mark each partition complete or pending.
+
+    The partitioning options must match the pipeline's, since source ids hash file groups.
+    """
+    from curator_dask.stages.file_partitioning import FilePartitioningStage
+    from curator_dask.tasks import EmptyTask
+
+    stage = FilePartitioningStage(
+        file_paths=file_paths, files_per_partition=files_per_partition, blocksize=blocksize,
+        file_extensions=file_extensions, storage_options=storage_options,
+    )
+    done = set(report.completed)
+    statuses = []
+    for task in stage.process(EmptyTask()):
+        sid = task.get_deterministic_id()
+        statuses.append(PartitionStatus(source_id=sid, files=list(task.data), complete=sid in done))
+    report.partitions = statuses
+    return statuses

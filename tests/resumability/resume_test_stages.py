@@ -1,0 +1,78 @@
+"""Stages for the resumability end-to-end tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from curator_dask.stages.base import ProcessingStage
+from curator_dask.tasks import DocumentBatch, FailedTask
+
+
+def first_id(task: DocumentBatch) -> str:
+    return task.to_pyarrow()["id"][0].as_py()
+
+
+@dataclass
+class FailSoftOn(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """FailedTask() for batches whose first id is in ``bad_ids``."""
+
+    bad_ids: tuple[str, ...] = ()
+    name: str = "fail_soft_on"
+
+    def process(self, task: DocumentBatch):
+        return FailedTask() if first_id(task) in self.bad_ids else task
+
+
+@dataclass
+class DropIds(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Filter: None for batches whose first id is in ``ids``."""
+
+    ids: tuple[str, ...] = ()
+    name: str = "drop_ids"
+
+    def process(self, task: DocumentBatch):
+        return None if first_id(task) in self.ids else task
+
+
+@dataclass
+class Rows(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Fan-out: one batch per row (keeps source_files, so writer names stay deterministic)."""
+
+    name: str = "rows"
+
+    def process(self, task: DocumentBatch) -> list[DocumentBatch]:
+        t = task.to_pyarrow()
+        return [DocumentBatch(dataset_name=task.dataset_name, data=t.slice(i, 1),
+                              _metadata=task._metadata) for i in range(t.num_rows)]
+
+
+@dataclass
+class MergePairs(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """M→K batch stage: concatenates each batch of 2 into 1 task (ambiguous lineage)."""
+
+    batch_size: int | None = 2
+    name: str = "merge_pairs"
+
+    def process_batch(self, tasks: list[DocumentBatch]) -> list[DocumentBatch]:
+        table = pa.concat_tables([t.to_pyarrow() for t in tasks])
+        return [DocumentBatch(dataset_name=tasks[0].dataset_name, data=table)]
+
+
+@dataclass
+class KillWorkerOnce(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """SIGKILLs its own worker process the first time it sees ``victim_id`` (marker file)."""
+
+    victim_id: str = ""
+    marker: str = ""
+    name: str = "kill_worker_once"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        if first_id(task) == self.victim_id and not os.path.exists(self.marker):
+            with open(self.marker, "w") as f:
+                f.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return task
