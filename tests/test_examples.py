@@ -23,7 +23,7 @@ def test_seed_resume_demo_runs_unchanged(tmp_path):
     code = [ln for ln in script.read_text().splitlines() if not ln.startswith("#")]
     # The script is the seed's, module-level pipeline.run() and all (no __main__ guard).
     assert not any("if __name__" in ln or "nemo_curator" in ln for ln in code)
-    assert "pipeline.run()" in code
+    assert 'pipeline.run(checkpoint_path="./checkpoints/resume-demo")' in code
     paths = generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=10)
     proc = subprocess.run([sys.executable, "resume_demo.py"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=180)

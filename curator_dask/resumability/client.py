@@ -49,16 +49,22 @@ class CompletionClient:
         checkpoint_url: str,
         *,
         storage_options: dict | None = None,
-        flush_interval: float = 0.2,
-        publish_interval: float = 5.0,
+        flush_interval: float | None = None,
+        publish_interval: float | None = None,
+        staged: bool | None = None,
     ) -> None:
+        from curator_dask import config
+
         self.client = client
         self.run_id = run_id
         self.checkpoint_url = checkpoint_url
         self.names = handler_names(run_id)
+        # Resolved here, on the client: the scheduler does not see the client's config.
         plugin = CompletionPlugin(
             checkpoint_url, run_id, storage_options=storage_options, owner=client.id,
-            flush_interval=flush_interval, publish_interval=publish_interval,
+            flush_interval=float(config.get("checkpoint.flush-interval", flush_interval)),
+            publish_interval=float(config.get("checkpoint.publish-interval", publish_interval)),
+            staged=config.get("checkpoint.staged", staged),
         )
         client.register_plugin(plugin, name=plugin.name)
         self._closed = False

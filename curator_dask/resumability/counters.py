@@ -138,15 +138,20 @@ class CounterBook:
                     "it from the completed set; it will be replayed.", delta, task_id, sid,
                 )
                 self.completed.discard(sid)
-                uncompleted.append(sid)
+                # The two lists stay disjoint, so their order of application cannot matter.
                 if sid in newly_done:
                     newly_done.remove(sid)
+                else:
+                    uncompleted.append(sid)
                 continue
             self.applied[task_id] = delta
             previous = 0 if existing is None else existing
             self.pending[sid] = self.pending.get(sid, 0) - previous + delta
             if self.pending[sid] == 0:
-                newly_done.append(sid)
+                if sid in uncompleted:
+                    uncompleted.remove(sid)  # it was recorded complete before: keep it there
+                else:
+                    newly_done.append(sid)
                 self.completed.add(sid)
                 del self.pending[sid]
         return newly_done, uncompleted

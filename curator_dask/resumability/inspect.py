@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import fsspec
 import lmdb
 
-from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
+from curator_dask.resumability.store import METADATA_DIRNAME, list_writer_files, read_completed
 from curator_dask.utils.files import is_remote_url
 
 
@@ -56,7 +56,7 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
     remote = is_remote_url(checkpoint)
     shown = (lambda p: fs.unstrip_protocol(p)) if remote else (lambda p: p)
     report = CheckpointReport(checkpoint=checkpoint, metadata_dir=shown(meta))
-    paths = sorted(fs.glob(fs.sep.join([meta, "*.mdb"]))) if fs.exists(meta) else []
+    paths = list_writer_files(fs, meta)
     tmp = tempfile.mkdtemp(prefix="curator-dask-inspect-") if remote else None
     union: set[str] = set()
     try:

@@ -81,6 +81,19 @@ def needs_staging(checkpoint_url: str, mounts_file: str = "/proc/mounts") -> boo
     return fs_type is not None and fs_type.lower() in NETWORK_FS_TYPES
 
 
+def list_writer_files(fs, meta_dir: str) -> list[str]:
+    """``*.mdb`` files directly in ``meta_dir`` (listed, not globbed: the folder name may hold
+    glob characters such as ``[``), sorted."""
+    try:
+        entries = fs.ls(meta_dir, detail=True)
+    except FileNotFoundError:
+        return []
+    return sorted(
+        e["name"] for e in entries
+        if e.get("type") != "directory" and e["name"].rstrip("/").endswith(".mdb")
+    )
+
+
 def open_writer_env(path: str) -> lmdb.Environment:
     """Open a writer file with NeMo Curator's exact flags."""
     return lmdb.open(path, subdir=False, lock=False, max_dbs=1, map_size=MAP_SIZE,
@@ -159,8 +172,7 @@ class CompletionStore:
 
     def writer_files(self) -> list[str]:
         """Every writer file in the metadata directory (file-system paths), sorted."""
-        pattern = self.fs.sep.join([self.meta_dir, "*.mdb"])
-        return sorted(self.fs.glob(pattern))
+        return list_writer_files(self.fs, self.meta_dir)
 
     def load_union(self) -> set[str]:
         """Own completions plus those of every other ``*.mdb`` (unreadable files skipped)."""

@@ -8,6 +8,7 @@ stay on the workers; the driver only receives the sink's output tasks and counts
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -58,6 +59,44 @@ class RunResult(list):
         return [{"stage": name, **asdict(c)} for name, c in self.stage_counts]
 
 
+class ChunkSizer:
+    """How many sources go into one Dask task.
+
+    One task per source costs a few ms of scheduling and messaging, which dominates when
+    sources are tiny. The sizer starts at one source per task and, from the measured time per
+    source, grows chunks toward ``target_seconds`` of work each, without exceeding ``limit`` or
+    leaving threads idle near the end (at most ``remaining / (2 * threads)`` per chunk).
+
+    Example:
+        >>> sizer = ChunkSizer(threads=2)
+        >>> sizer.next_size(1000)
+        1
+        >>> sizer.observe(1, 0.001)
+        >>> sizer.next_size(1000)
+        100
+    """
+
+    def __init__(self, threads: int, limit: int | None = None, target_seconds: float = 0.1):
+        self.threads = max(1, threads)
+        self.limit = limit if limit is not None else 256
+        self.target_seconds = target_seconds
+        self.per_source: float | None = None
+
+    def observe(self, n_sources: int, seconds: float) -> None:
+        if n_sources <= 0 or seconds <= 0:
+            return
+        sample = seconds / n_sources
+        self.per_source = sample if self.per_source is None else (
+            0.7 * self.per_source + 0.3 * sample)
+
+    def next_size(self, remaining: int) -> int:
+        if self.per_source is None or self.limit <= 1:
+            return 1
+        wanted = int(self.target_seconds / self.per_source) if self.per_source > 0 else self.limit
+        spread = max(1, remaining // (2 * self.threads))
+        return max(1, min(wanted, self.limit, spread))
+
+
 def _interactive() -> bool:
     if "ipykernel" in sys.modules:
         return True
@@ -72,7 +111,9 @@ class DaskExecutor(BaseExecutor):
         client: an existing ``distributed.Client`` to use (it is not closed).
         n_workers: worker processes of the embedded cluster (default: CPU count).
         threads_per_worker: threads per embedded worker (default 1).
-        max_in_flight: source chains in flight (default: 2 x total worker threads).
+        max_in_flight: Dask tasks in flight (default: 2 x total worker threads).
+        max_sources_per_task: upper bound on sources packed into one Dask task when sources
+            are tiny (default: config ``execution.max-sources-per-task``, 256; 1 disables).
         fuse: fuse consecutive stages with equal resources (default: config, True).
         progress: show a progress bar (default: only when interactive).
         cluster_kwargs: extra ``LocalCluster`` keyword arguments (e.g. ``resources``).
@@ -94,6 +135,7 @@ class DaskExecutor(BaseExecutor):
         n_workers: int | None = None,
         threads_per_worker: int | None = None,
         max_in_flight: int | None = None,
+        max_sources_per_task: int | None = None,
         fuse: bool | None = None,
         progress: bool | None = None,
         dashboard_address: str | None = None,
@@ -116,6 +158,9 @@ class DaskExecutor(BaseExecutor):
             "local-cluster.threads-per-worker", threads_per_worker
         )
         self.max_in_flight = _config.get("execution.max-in-flight", max_in_flight)
+        self.max_sources_per_task = int(
+            _config.get("execution.max-sources-per-task", max_sources_per_task)
+        )
         self.fuse = bool(_config.get("execution.fuse", fuse))
         self.progress = _config.get("execution.progress", progress)
         self.dashboard_address = _config.get(
@@ -327,35 +372,40 @@ class DaskExecutor(BaseExecutor):
         show = _interactive() if self.progress is None else bool(self.progress)
         bar = tqdm(total=len(sources), unit="source", desc="sources", disable=not show)
         outputs: list[Task] = []
-        in_flight: set = set()
+        in_flight: dict = {}
         pending = iter(sources)
-        done = as_completed()
+        remaining = len(sources)
+        sizer = ChunkSizer(threads=threads, limit=self.max_sources_per_task)
+        done = as_completed(with_results=True)
 
         def submit_next() -> None:
-            task = next(pending, None)
-            if task is None:
+            nonlocal remaining
+            chunk = list(itertools.islice(pending, sizer.next_size(remaining)))
+            if not chunk:
                 return
-            previous: Any = GroupResult(batches=[[task]])
+            remaining -= len(chunk)
+            previous: Any = GroupResult(batches=[[task] for task in chunk])
+            suffix = chunk[0].task_id + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")
             for group in plan.groups:
                 previous = client.submit(
                     run_group, host.name, group.stage_indices, previous,
-                    key=f"{group.label}-{run_id[:8]}-{task.task_id}",
+                    key=f"{group.label}-{run_id[:8]}-{suffix}",
                     resources=group.resource_dict or None, pure=False,
                 )
-            in_flight.add(previous)
+            in_flight[previous] = len(chunk)
             done.add(previous)
 
         try:
             for _ in range(window):
                 submit_next()
-            for future in done:
-                in_flight.discard(future)
-                result: GroupResult = future.result()
+            for future, result in done:
+                n_sources = in_flight.pop(future)
                 future.release()
                 outputs.extend(result.tasks())
                 for i, c in result.counts.items():
                     counts[i].merge(c)
-                bar.update(1)
+                sizer.observe(n_sources, result.seconds)
+                bar.update(n_sources)
                 submit_next()
         except BaseException:
             client.cancel(list(in_flight), force=True)

@@ -19,6 +19,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ class GroupResult:
 
     batches: list[list[Task]]
     counts: dict[int, StageCount] = field(default_factory=dict)
+    seconds: float = 0.0
 
     def tasks(self) -> list[Task]:
         return [t for group in self.batches for t in group]
@@ -113,6 +115,7 @@ class StageHost(WorkerPlugin):
             return found
 
     def run_group(self, stage_indices: tuple[int, ...], previous: GroupResult) -> GroupResult:
+        started = time.perf_counter()
         adapters = [self.adapter(i) for i in stage_indices]
         deltas = DeltaLog() if self.counting else None
         batches, stage_counts = run_stages(adapters, previous.batches, deltas)
@@ -121,7 +124,8 @@ class StageHost(WorkerPlugin):
             get_worker().log_event(TOPIC, deltas.message(self.run_id))
         counts = dict(previous.counts)
         counts.update(zip(stage_indices, stage_counts, strict=True))
-        return GroupResult(batches=batches, counts=counts)
+        seconds = previous.seconds + time.perf_counter() - started
+        return GroupResult(batches=batches, counts=counts, seconds=seconds)
 
 
 def plugin_name(run_id: str) -> str:
