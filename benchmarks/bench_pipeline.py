@@ -183,12 +183,17 @@ def main() -> None:
           f"{loop_arrow:.2f} s (ratio curator_dask / that loop: {cur / loop_arrow:.2f})")
     if not args.no_record:
         command = " ".join(["python benchmarks/bench_pipeline.py", *sys.argv[1:]])
-        line = (f"| {datetime.date.today()} | `{command}` | {files}x{docs}, sleep {sleep}, "
-                f"{args.workers} workers, {os.cpu_count()} CPUs, Python "
-                f"{platform.python_version()}, median of {args.repeat} | {loop:.2f} s | "
-                f"{cur:.2f} s | {ratio:.2f} | {loop_arrow:.2f} s |")
-        with open(os.path.join(HERE, "RESULTS.md"), "a") as f:
-            f.write(line + "\n")
+        from _results import append_row
+
+        append_row(
+            "Pipeline: curator_dask vs a single-process loop",
+            ["date", "command", "setup", "single-process loop", "curator_dask", "ratio",
+             "loop with Arrow encoder"],
+            [str(datetime.date.today()), f"`{command}`",
+             f"{files}x{docs}, sleep {sleep}, {args.workers} workers, {os.cpu_count()} CPUs, "
+             f"Python {platform.python_version()}, median of {args.repeat}",
+             f"{loop:.2f} s", f"{cur:.2f} s", f"{ratio:.2f}", f"{loop_arrow:.2f} s"],
+        )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -32,6 +33,7 @@ from curator_dask.resumability.store import CompletionStore
 logger = logging.getLogger(__name__)
 
 TOPIC = "curator-dask-deltas"
+_FLUSH = "flush"  # queue marker: commit what has been gathered now
 
 
 def handler_names(run_id: str) -> dict[str, str]:
@@ -174,14 +176,19 @@ class CompletionPlugin(SchedulerPlugin):
         stop = False
         while not stop:
             batch = [self._queue.get()]
-            # Gather whatever else arrives within flush_interval into one transaction.
-            try:
-                while True:
-                    batch.append(self._queue.get(timeout=self.flush_interval))
-            except queue.Empty:
-                pass
+            # Gather what else arrives within flush_interval of the first item into one
+            # transaction; a flush request or the stop marker commits at once.
+            deadline = time.monotonic() + self.flush_interval
+            while batch[-1] is not None and batch[-1] != _FLUSH:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    batch.append(self._queue.get(timeout=timeout))
+                except queue.Empty:
+                    break
             stop = None in batch
-            entries = [e for e in batch if e is not None]
+            entries = [e for e in batch if e is not None and e != _FLUSH]
             final: dict[str, bool] = {}
             for done, undone in entries:
                 final.update(dict.fromkeys(done, True))
@@ -203,6 +210,9 @@ class CompletionPlugin(SchedulerPlugin):
     async def _drain(self) -> None:
         with self._cv:
             target = self._submitted
+            if self._committed >= target:
+                return
+        self._queue.put(_FLUSH)
         await asyncio.to_thread(self._wait_committed, target)
 
     async def flush(self, comm: Any = None) -> dict[str, Any]:

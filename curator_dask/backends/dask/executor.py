@@ -43,6 +43,9 @@ class RunResult(list):
         num_sources: source tasks the head produced.
         skipped_sources: sources a checkpoint marked complete (not processed again).
         checkpoint: the completion plugin's summary (completed, pending, failed sources, ...).
+        timings: seconds from the start of ``execute`` to ``cluster`` (connected),
+            ``checkpoint_loaded``, ``head`` (sources known), ``sources_opened``,
+            ``first_submit`` and ``end``.
         wall_time: seconds from the start of ``execute`` to its end.
         dashboard_link: the Dask dashboard URL, when there was one.
     """
@@ -51,6 +54,7 @@ class RunResult(list):
     num_sources: int = 0
     skipped_sources: int = 0
     checkpoint: dict[str, Any] | None = None
+    timings: dict[str, float]
     wall_time: float = 0.0
     dashboard_link: str | None = None
 
@@ -246,10 +250,16 @@ class DaskExecutor(BaseExecutor):
         earlier are skipped and completions are recorded (see :mod:`curator_dask.resumability`).
         """
         started = time.perf_counter()
+        timings: dict[str, float] = {}
+
+        def mark(name: str) -> None:
+            timings[name] = time.perf_counter() - started
+
         plan = build_plan(stages, fuse=self.fuse)
         run_id = uuid.uuid4().hex[:12]
         counts: dict[int, StageCount] = {i: StageCount() for i in range(len(stages))}
         client = self.start()
+        mark("cluster")
         completion = None
         summary: dict[str, Any] | None = None
         skipped = 0
@@ -260,16 +270,20 @@ class DaskExecutor(BaseExecutor):
 
                 completion = CompletionClient(client, run_id, checkpoint_path,
                                               storage_options=checkpoint_storage_options)
+                mark("checkpoint_loaded")
             head_start = time.perf_counter()
             sources = self._run_head(stages, plan, initial_tasks or [EmptyTask()], counts)
             head_seconds = time.perf_counter() - head_start
             logger.debug("head: %d sources in %.3f s", len(sources), head_seconds)
+            mark("head")
             todo = sources
             if completion is not None:
                 todo, skipped = completion.open_sources(sources)
+                mark("sources_opened")
             if plan.groups and todo:
                 outputs = self._stream(client, run_id, stages, plan, todo, counts,
-                                       counting=completion is not None)
+                                       counting=completion is not None,
+                                       on_first_submit=lambda: mark("first_submit"))
             else:
                 outputs = todo
             if completion is not None:
@@ -293,6 +307,8 @@ class DaskExecutor(BaseExecutor):
         result.skipped_sources = skipped
         result.checkpoint = summary
         result.wall_time = time.perf_counter() - started
+        mark("end")
+        result.timings = timings
         result.dashboard_link = getattr(client, "dashboard_link", None)
         logger.info(
             "Finished %d sources in %.2f s: %d output tasks", len(todo), result.wall_time,
@@ -356,6 +372,7 @@ class DaskExecutor(BaseExecutor):
         counts: dict[int, StageCount],
         *,
         counting: bool = False,
+        on_first_submit: Any = None,
     ) -> list[Task]:
         from distributed import as_completed
         from tqdm.auto import tqdm
@@ -392,6 +409,8 @@ class DaskExecutor(BaseExecutor):
                     key=f"{group.label}-{run_id[:8]}-{suffix}",
                     resources=group.resource_dict or None, pure=False,
                 )
+            if not in_flight and not bar.n and on_first_submit is not None:
+                on_first_submit()
             in_flight[previous] = len(chunk)
             done.add(previous)
 
