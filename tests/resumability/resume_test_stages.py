@@ -76,3 +76,20 @@ class KillWorkerOnce(ProcessingStage[DocumentBatch, DocumentBatch]):
                 f.write(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGKILL)
         return task
+
+
+@dataclass
+class SendMalformedDeltas(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Sabotage: sends a malformed message on the completion topic for this run, through the
+    real worker-to-scheduler event path, to check that plugin errors fail the run."""
+
+    name: str = "send_malformed_deltas"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        from distributed import get_worker
+
+        worker = get_worker()
+        prefix = "curator-dask-stages-"
+        run_id = next(n[len(prefix):] for n in worker.plugins if n.startswith(prefix))
+        worker.log_event("curator-dask-deltas", {"run": run_id, "deltas": [["only-one-field"]]})
+        return task

@@ -7,7 +7,14 @@ import os
 import threading
 
 import pytest
-from resume_test_stages import DropIds, FailSoftOn, KillWorkerOnce, MergePairs, Rows
+from resume_test_stages import (
+    DropIds,
+    FailSoftOn,
+    KillWorkerOnce,
+    MergePairs,
+    Rows,
+    SendMalformedDeltas,
+)
 
 from curator_dask import DaskExecutor, Pipeline
 from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
@@ -185,3 +192,50 @@ def test_memory_checkpoint_and_output(tmp_path):
         assert len(fs.ls(f"{root}/out")) == 3
     finally:
         fs.rm(root, recursive=True)
+
+
+def test_plugin_errors_fail_the_run(executor, data):
+    from curator_dask.resumability.client import CheckpointError
+
+    with pytest.raises(CheckpointError, match="completion plugin failed"):
+        pipeline(data, SendMalformedDeltas()).run(executor=executor,
+                                                  checkpoint_path=str(data / "ckpt"))
+    # the cluster is fine and the next run works
+    again = pipeline(data).run(executor=executor, checkpoint_path=str(data / "ckpt2"))
+    assert len(again) == 6
+
+
+def test_owner_disconnect_flushes_and_unregisters(data):
+    from distributed import Client, LocalCluster
+
+    from curator_dask.resumability.client import CompletionClient
+    from curator_dask.tasks import FileGroupTask
+
+    ckpt = str(data / "ckpt")
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as cluster:
+        observer = Client(cluster)
+        owner = Client(cluster)
+        completion = CompletionClient(owner, "ownerrun", ckpt)
+        source = FileGroupTask(dataset_name="d", data=["x.jsonl"])
+        source._set_task_id("0", source.get_deterministic_id())
+        completion.open_sources([source])
+        sid = source._source_id
+        # the sink's -1 arrives as a worker would send it
+        observer.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.log_event(
+                "curator-dask-deltas",
+                {"run": "ownerrun", "deltas": [[source.task_id + "_0", sid, -1]]}))
+        owner.close()  # no close() call: the disconnect must flush and unregister
+
+        def plugins(dask_scheduler):
+            return list(dask_scheduler.plugins)
+
+        for _ in range(100):
+            if not any("ownerrun" in n for n in observer.run_on_scheduler(plugins)):
+                break
+            import time
+
+            time.sleep(0.05)
+        assert not any("ownerrun" in n for n in observer.run_on_scheduler(plugins))
+        observer.close()
+    assert completed_ids(ckpt) == {sid}
