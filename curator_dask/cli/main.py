@@ -66,6 +66,24 @@ def build_parser() -> argparse.ArgumentParser:
                          help="file extensions to include (default: .jsonl .json .parquet)")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+
+    slurm = sub.add_parser("slurm", help="SLURM job arrays")
+    slurm_sub = slurm.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
+    retry = slurm_sub.add_parser(
+        "retry",
+        help="print the array shards that have no completion manifest",
+        description=(
+            "Print the shards of an array run that wrote no completion manifest, as an "
+            "sbatch --array expression (--format array) or as 'ARRAY OFFSET MINIMUM TOTAL' "
+            "lines (--format fields). Prints nothing when every shard completed."
+        ),
+    )
+    retry.add_argument("--checkpoint-path", required=True, help="the array run's checkpoint")
+    retry.add_argument("--format", choices=["array", "fields"], default="array")
+    retry.add_argument("--max-array-size", type=int, default=None, metavar="N",
+                       help="split into windows below the cluster's MaxArraySize")
+    retry.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    retry.set_defaults(subparser=retry)  # its own usage line for argparse-style errors
     return parser
 
 
@@ -156,6 +174,32 @@ def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_slurm_retry(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from curator_dask.slurm.manifests import (
+        build_slurm_array_retry_submissions,
+        find_slurm_array_retries,
+        format_slurm_array_indices,
+    )
+
+    if args.max_array_size is not None and args.max_array_size <= 0:
+        parser.error("--max-array-size must be greater than 0.")
+    if args.max_array_size is not None and args.format != "fields":
+        parser.error("--max-array-size requires --format fields so each derived offset is "
+                     "included.")
+    plan = find_slurm_array_retries(args.checkpoint_path)
+    if plan is None:
+        parser.error("Slurm array run configuration was not found. Use the same checkpoint "
+                     "path as the original array run.")
+    for submission in build_slurm_array_retry_submissions(plan, args.max_array_size):
+        expr = format_slurm_array_indices(submission.array_indices)
+        if args.format == "array":
+            print(expr)
+        else:
+            print(expr, submission.shard_index_offset, plan.minimum_shard_index,
+                  plan.total_shards)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -165,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "checkpoint" and args.checkpoint_command == "inspect":
             return cmd_checkpoint_inspect(args)
+        if args.command == "slurm" and args.slurm_command == "retry":
+            return cmd_slurm_retry(args, args.subparser)
     except UsageError as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

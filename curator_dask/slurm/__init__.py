@@ -1,0 +1,1 @@
+"""SLURM job arrays: sharding, completion manifests, retry discovery (CONTRACT §5)."""
