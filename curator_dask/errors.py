@@ -27,3 +27,8 @@ class StageError(RuntimeError):
 
 class ResourceUnavailableError(RuntimeError):
     """No worker of the cluster offers the Dask resources a stage needs."""
+
+
+class RunStopped(RuntimeError):
+    """The run was asked to stop (SIGUSR1, SIGTERM, ``DaskExecutor.request_stop``) and drained:
+    no new sources were started, completions were flushed; unfinished sources stay pending."""

@@ -1,6 +1,7 @@
 """``python -m curator_dask``: the command line.
 
-Exit codes: 0 success, 1 the pipeline failed, 2 usage or configuration error, 130 interrupted.
+Exit codes: 0 success, 1 the pipeline failed, 2 usage or configuration error, 3 stopped by
+SIGUSR1/SIGTERM after draining (unfinished sources stay pending), 130 interrupted.
 Only argparse is imported at module level, so ``--help`` answers at once.
 """
 
@@ -9,16 +10,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class UsageError(Exception):
     """A problem with the command line or the pipeline definition (exit code 2)."""
 
 
+PROG = "python -m curator_dask"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m curator_dask",
+        prog=PROG,
         description="Run NeMo-Curator-style data-curation pipelines on Dask.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -82,9 +86,60 @@ def build_parser() -> argparse.ArgumentParser:
     retry.add_argument("--format", choices=["array", "fields"], default="array")
     retry.add_argument("--max-array-size", type=int, default=None, metavar="N",
                        help="split into windows below the cluster's MaxArraySize")
+    retry.add_argument("--submit", metavar="PIPELINE",
+                       help="resubmit the missing shards of PIPELINE with sbatch (job options "
+                            "below apply)")
+    _add_job_options(retry)
     retry.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     retry.set_defaults(subparser=retry)  # its own usage line for argparse-style errors
+
+    submit = slurm_sub.add_parser(
+        "submit",
+        help="submit a pipeline as a SLURM job array",
+        description=(
+            "Render an sbatch array script that runs PIPELINE as array shards with a shared "
+            "checkpoint (each task processes the sources whose sha256(task id) falls in its "
+            "shard), submit it and print the job id. --dry-run prints the script instead."
+        ),
+    )
+    submit.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
+    submit.add_argument("--array", required=True, help="SLURM array indices, e.g. 0-19")
+    submit.add_argument("--checkpoint-path", required=True, help="shared checkpoint path")
+    submit.add_argument("--total-shards", type=int, metavar="N",
+                        help="logical shard count (default: the array's task count)")
+    submit.add_argument("--shard-index-offset", type=int, default=0, metavar="K",
+                        help="added to SLURM_ARRAY_TASK_ID (windows over MaxArraySize)")
+    submit.add_argument("--minimum-shard-index", type=int, default=0, metavar="M")
+    _add_job_options(submit)
+    submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    submit.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     return parser
+
+
+def _add_job_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--partition", help="SLURM partition")
+    p.add_argument("--time", default="01:00:00", help="time limit (default 01:00:00)")
+    p.add_argument("--cpus-per-task", type=int, default=16, help="CPUs per array task")
+    p.add_argument("--mem", help="memory per node, e.g. 32G")
+    p.add_argument("--nodes", type=int, default=1, help="nodes per array task")
+    p.add_argument("--requeue", action="store_true", help="let SLURM requeue preempted tasks")
+    p.add_argument("--job-name", default="curator-array")
+    p.add_argument("--output", default="array_%A_%a.log", help="log file pattern")
+    p.add_argument("--signal-grace", type=int, default=120, metavar="S",
+                   help="seconds before the time limit at which SLURM sends USR1 (drain)")
+
+
+def _job_spec(args: argparse.Namespace, pipeline: str, **shards: object):
+    import os
+
+    from curator_dask.slurm.sbatch import ArrayJobSpec
+
+    return ArrayJobSpec(
+        pipeline=pipeline, checkpoint_path=os.path.abspath(args.checkpoint_path),
+        partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task,
+        mem=args.mem, nodes=args.nodes, requeue=args.requeue, job_name=args.job_name,
+        output=args.output, signal_grace=args.signal_grace, **shards,
+    )
 
 
 def _configure_logging(verbose: int) -> None:
@@ -138,7 +193,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=False if args.no_progress else None,
         fuse=False if args.no_fuse else None,
     )
-    result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
+    import signal
+
+    def stop(signum: int, _frame: object) -> None:
+        executor.request_stop(f"received {signal.Signals(signum).name}")
+
+    # SLURM sends USR1 (--signal=B:USR1@grace) before the time limit and TERM on preemption.
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, stop)
+    from curator_dask.errors import RunStopped
+
+    try:
+        result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
+    except RunStopped as exc:
+        print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
     _print_summary(result)
     return EXIT_OK
 
@@ -192,11 +261,36 @@ def cmd_slurm_retry(args: argparse.Namespace, parser: argparse.ArgumentParser) -
                      "path as the original array run.")
     for submission in build_slurm_array_retry_submissions(plan, args.max_array_size):
         expr = format_slurm_array_indices(submission.array_indices)
-        if args.format == "array":
+        if args.submit:
+            from curator_dask.slurm.sbatch import render_array_script, submit_script
+
+            spec = _job_spec(args, args.submit, array=expr, total_shards=plan.total_shards,
+                             shard_index_offset=submission.shard_index_offset,
+                             minimum_shard_index=plan.minimum_shard_index)
+            job_id = submit_script(render_array_script(spec))
+            print(f"submitted {expr} (offset {submission.shard_index_offset}) as job {job_id}")
+        elif args.format == "array":
             print(expr)
         else:
             print(expr, submission.shard_index_offset, plan.minimum_shard_index,
                   plan.total_shards)
+    return EXIT_OK
+
+
+def cmd_slurm_submit(args: argparse.Namespace) -> int:
+    from curator_dask.slurm.sbatch import render_array_script, submit_script
+
+    try:
+        spec = _job_spec(args, args.pipeline, array=args.array, total_shards=args.total_shards,
+                         shard_index_offset=args.shard_index_offset,
+                         minimum_shard_index=args.minimum_shard_index)
+        script = render_array_script(spec)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.dry_run:
+        print(script, end="")
+        return EXIT_OK
+    print(submit_script(script))
     return EXIT_OK
 
 
@@ -211,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_checkpoint_inspect(args)
         if args.command == "slurm" and args.slurm_command == "retry":
             return cmd_slurm_retry(args, args.subparser)
+        if args.command == "slurm" and args.slurm_command == "submit":
+            return cmd_slurm_submit(args)
     except UsageError as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

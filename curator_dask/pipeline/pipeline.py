@@ -106,6 +106,7 @@ class Pipeline:
         initial_tasks: list[Task] | None = None,
         checkpoint_path: str | None = None,
         checkpoint_storage_options: dict | None = None,
+        slurm_array: Any = None,
     ) -> list[Task]:
         """Build and run the pipeline; returns the sink stage's output tasks.
 
@@ -117,6 +118,10 @@ class Pipeline:
                 record completions (a local path, a network file system, or an fsspec URL
                 such as ``s3://bucket/ckpt``); see docs/resumable-processing.md.
             checkpoint_storage_options: fsspec options for a remote ``checkpoint_path``.
+            slurm_array: the array shard to process: a ``SlurmArrayConfig``, ``False`` to
+                process every source, or ``None`` (default) to read the
+                ``NEMO_CURATOR_SLURM_ARRAY_*`` / ``SLURM_ARRAY_*`` variables here, on the
+                driver. The shard is filtered on the driver, so workers need no environment.
         """
         self.build()
         if checkpoint_path is not None:
@@ -141,14 +146,31 @@ class Pipeline:
             executor = DaskExecutor()
         if initial_tasks:
             lineage.assign_root_task_ids(initial_tasks)
+        shard = None
+        if slurm_array is None:
+            from curator_dask.slurm.array import SlurmArrayConfig
+
+            slurm_array = SlurmArrayConfig.from_env()
+        if slurm_array:
+            from curator_dask.slurm.run import ArrayShardRun
+
+            shard = ArrayShardRun(slurm_array, checkpoint_path)
         logger.info("Running pipeline %r with %d stages", self.name, len(self.stages))
-        if checkpoint_path is None:
-            return executor.execute(self.stages, initial_tasks)
-        if "checkpoint_path" not in inspect.signature(executor.execute).parameters:
-            msg = f"{type(executor).__name__} does not support checkpoint_path; use DaskExecutor"
+        extra: dict[str, Any] = {}
+        if checkpoint_path is not None:
+            extra.update(checkpoint_path=checkpoint_path,
+                         checkpoint_storage_options=checkpoint_storage_options)
+        if shard is not None:
+            extra["slurm_array"] = shard.config
+        params = inspect.signature(executor.execute).parameters
+        missing = [k for k in extra if k not in params]
+        if missing:
+            msg = f"{type(executor).__name__} does not support {missing}; use DaskExecutor"
             raise TypeError(msg)
-        return executor.execute(self.stages, initial_tasks, checkpoint_path=checkpoint_path,
-                                checkpoint_storage_options=checkpoint_storage_options)
+        result = executor.execute(self.stages, initial_tasks, **extra)
+        if shard is not None:
+            shard.finish(result)
+        return result
 
 
 def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:

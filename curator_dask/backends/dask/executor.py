@@ -8,10 +8,12 @@ stay on the workers; the driver only receives the sink's output tasks and counts
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -22,7 +24,7 @@ from curator_dask import config as _config
 from curator_dask.backends.base import BaseExecutor
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan
-from curator_dask.errors import ResourceUnavailableError
+from curator_dask.errors import ResourceUnavailableError, RunStopped
 from curator_dask.stages.base import NodeInfo, WorkerMetadata
 from curator_dask.tasks import EmptyTask
 
@@ -101,6 +103,16 @@ class ChunkSizer:
         return max(1, min(wanted, self.limit, spread))
 
 
+def _completed(done: Any) -> Any:
+    """Iterate ``as_completed`` results, ending quietly at futures cancelled by a drain."""
+    from distributed.client import FutureCancelledError
+
+    try:
+        yield from done
+    except (FutureCancelledError, asyncio.CancelledError):
+        return
+
+
 def _interactive() -> bool:
     if "ipykernel" in sys.modules:
         return True
@@ -171,9 +183,23 @@ class DaskExecutor(BaseExecutor):
             "local-cluster.dashboard-address", dashboard_address
         )
         self.cluster_kwargs = dict(cluster_kwargs or {})
+        self.drain_timeout = float(_config.get("execution.drain-timeout"))
         self._client: Client | None = None
         self._cluster: Any = None
         self._entered = False
+        self._stop = threading.Event()
+        self._stop_requested = False
+        self._stop_reason = "stop requested"
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop starting sources; running ones get ``execution.drain-timeout`` seconds to finish.
+
+        Safe to call from a signal handler or another thread. The run then raises
+        :class:`~curator_dask.errors.RunStopped` after flushing the checkpoint.
+        """
+        self._stop_reason = reason
+        self._stop_requested = True
+        self._stop.set()
 
     # -- cluster lifecycle ------------------------------------------------------------------
     def start(self) -> Client:
@@ -243,6 +269,7 @@ class DaskExecutor(BaseExecutor):
         *,
         checkpoint_path: str | None = None,
         checkpoint_storage_options: dict | None = None,
+        slurm_array: Any = None,
     ) -> RunResult:
         """Run built ``stages`` and return the sink's outputs as a :class:`RunResult`.
 
@@ -276,6 +303,11 @@ class DaskExecutor(BaseExecutor):
             head_seconds = time.perf_counter() - head_start
             logger.debug("head: %d sources in %.3f s", len(sources), head_seconds)
             mark("head")
+            if slurm_array is not None:
+                from curator_dask.slurm.array import filter_slurm_array_source_tasks
+
+                source_stage = stages[plan.head[-1]]
+                sources = filter_slurm_array_source_tasks(sources, slurm_array, source_stage.name)
             todo = sources
             if completion is not None:
                 todo, skipped = completion.open_sources(sources)
@@ -394,9 +426,30 @@ class DaskExecutor(BaseExecutor):
         remaining = len(sources)
         sizer = ChunkSizer(threads=threads, limit=self.max_sources_per_task)
         done = as_completed(with_results=True)
+        self._stop.clear()
+        self._stop_requested = False
+        stopped = threading.Event()
+        finished = 0
+        first = [True]
+
+        def drain() -> None:
+            self._stop.wait()
+            if stopped.is_set():
+                return
+            logger.warning("%s: no new sources; waiting up to %.0f s for %d running tasks",
+                           self._stop_reason, self.drain_timeout, len(in_flight))
+            deadline = time.monotonic() + self.drain_timeout
+            while in_flight and time.monotonic() < deadline and not stopped.is_set():
+                time.sleep(0.05)
+            if in_flight and not stopped.is_set():
+                client.cancel(list(in_flight), force=True)
+
+        threading.Thread(target=drain, name="curator-dask-drain", daemon=True).start()
 
         def submit_next() -> None:
             nonlocal remaining
+            if self._stop.is_set():
+                return
             chunk = list(itertools.islice(pending, sizer.next_size(remaining)))
             if not chunk:
                 return
@@ -409,15 +462,16 @@ class DaskExecutor(BaseExecutor):
                     key=f"{group.label}-{run_id[:8]}-{suffix}",
                     resources=group.resource_dict or None, pure=False,
                 )
-            if not in_flight and not bar.n and on_first_submit is not None:
+            if first[0] and on_first_submit is not None:
                 on_first_submit()
+            first[0] = False
             in_flight[previous] = len(chunk)
             done.add(previous)
 
         try:
             for _ in range(window):
                 submit_next()
-            for future, result in done:
+            for future, result in _completed(done):
                 n_sources = in_flight.pop(future)
                 future.release()
                 outputs.extend(result.tasks())
@@ -425,14 +479,21 @@ class DaskExecutor(BaseExecutor):
                     counts[i].merge(c)
                 sizer.observe(n_sources, result.seconds)
                 bar.update(n_sources)
+                finished += n_sources
                 submit_next()
         except BaseException:
             client.cancel(list(in_flight), force=True)
             raise
         finally:
+            stopped.set()
+            self._stop.set()  # releases the drain thread
             bar.close()
             try:
                 client.unregister_worker_plugin(host.name)
             except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
                 logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
+        if self._stop_requested and finished < len(sources):
+            msg = (f"{self._stop_reason}: stopped after {finished} of {len(sources)} sources; "
+                   "the rest stay pending")
+            raise RunStopped(msg)
         return outputs

@@ -1,0 +1,79 @@
+"""A pipeline run as one shard of a SLURM array: run.json at start, manifest at the end.
+
+Follows NeMo Curator 1.4's ``Pipeline.run`` (CONTRACT §5.10) with one fix: whether the shard
+saw a ``FailedTask`` is decided from the counts the completion plugin received, not from a
+marker file that workers write only if the right environment variable reached them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from curator_dask.slurm.array import SlurmArrayConfig, is_slurm_array_driver_process
+from curator_dask.slurm.manifests import (
+    build_slurm_array_completion_manifest,
+    configure_slurm_array_failed_task_manifest_dir,
+    failed_task_manifest_exists,
+    record_failed_tasks,
+)
+from curator_dask.utils.files import is_remote_url
+
+logger = logging.getLogger(__name__)
+
+
+class ArrayShardRun:
+    """Driver-side bookkeeping of one array shard.
+
+    Example:
+        >>> import tempfile
+        >>> shard = ArrayShardRun(SlurmArrayConfig(1, 2), tempfile.mkdtemp(), environ={})
+        >>> shard.manifest.path.name
+        'completed_slurm_array_7387b780ed68dd31.json'
+    """
+
+    def __init__(
+        self,
+        config: SlurmArrayConfig,
+        checkpoint_path: str | None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config.validate()
+        self.is_driver = is_slurm_array_driver_process(environ)
+        self.failed_dir: str | None = None
+        self.manifest = None
+        if checkpoint_path is None:
+            return
+        if is_remote_url(checkpoint_path):
+            msg = (
+                f"SLURM array runs keep run.json and completion manifests next to the "
+                f"checkpoint, which must be a shared POSIX path; got {checkpoint_path!r}"
+            )
+            raise ValueError(msg)
+        env = environ if environ is not None else None
+        self.failed_dir = configure_slurm_array_failed_task_manifest_dir(
+            checkpoint_path, config.shard_index, env  # type: ignore[arg-type]
+        )
+        self.manifest = build_slurm_array_completion_manifest(
+            checkpoint_path if self.is_driver else None,
+            config.shard_index, config.total_shards, config.minimum_shard_index,
+        )
+
+    def finish(self, result: Any) -> None:
+        """After a run that raised nothing: write the manifest unless a task failed."""
+        summary = getattr(result, "checkpoint", None) or {}
+        counts = getattr(result, "stage_counts", None) or []
+        failed = bool(summary.get("failed_sources")) or any(c.failed for _, c in counts)
+        if failed and self.failed_dir:
+            record_failed_tasks(self.failed_dir)
+        if self.manifest is None:
+            return
+        if failed or failed_task_manifest_exists(self.failed_dir):
+            logger.warning(
+                "Pipeline completed without raising, but a FailedTask manifest exists. The "
+                "shard remains incomplete and will be selected for retry."
+            )
+            return
+        path = self.manifest.mark_completed()
+        logger.info("Wrote Slurm array completion manifest to %s", path)

@@ -1,0 +1,73 @@
+"""SIGUSR1 / SIGTERM to `python -m curator_dask run`: drain, flush, exit 3, resume later."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
+from curator_dask.sample_data import generate_jsonl
+
+pytestmark = pytest.mark.slow
+
+PIPELINE = textwrap.dedent("""
+    import time
+    from dataclasses import dataclass
+    from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+
+    @dataclass
+    class Slow(ProcessingStage):
+        name: str = "slow"
+        def process(self, task):
+            time.sleep(0.7)
+            return task
+
+    def build():
+        return (Pipeline(name="drain").add_stage(JsonlReader(file_paths="input"))
+                .add_stage(Slow()).add_stage(JsonlWriter(path="output")))
+""")
+
+
+def completed(ckpt) -> set[str]:
+    ids: set[str] = set()
+    for f in (ckpt / METADATA_DIRNAME).glob("*.mdb"):
+        ids |= read_completed(str(f))
+    return ids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["usr1", "term"])
+def test_signal_drains_then_resume_skips_completed(tmp_path, sig):
+    (tmp_path / "pipe.py").write_text(PIPELINE)
+    generate_jsonl(str(tmp_path / "input"), files=10, docs_per_file=2, seed=1)
+    cmd = [sys.executable, "-m", "curator_dask", "run", "pipe.py:build", "--workers", "1",
+           "--checkpoint-path", "ckpt", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = tmp_path / "output"
+        if out.exists() and len(list(out.glob("*.jsonl"))) >= 1:
+            break
+        time.sleep(0.05)
+    proc.send_signal(sig)  # to the driver only, as SLURM's --signal=B:USR1 does
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 3, stderr[-2000:]
+    assert "stopped after" in stderr and "the rest stay pending" in stderr
+    assert f"received {sig.name}" in stderr
+    written = len(list((tmp_path / "output").glob("*.jsonl")))
+    done = completed(tmp_path / "ckpt")
+    # everything that was running finished and was recorded; nothing new was started
+    assert len(done) == written and 1 <= written < 10
+
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    m = re.search(r"10 source partitions: (\d+) already complete \(skipped\), (\d+) to process",
+                  again.stderr)
+    assert m and int(m.group(1)) == written and int(m.group(2)) == 10 - written
+    assert len(completed(tmp_path / "ckpt")) == 10
