@@ -37,6 +37,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_temp_json(path: Path, payload: Any, **dump_kwargs: Any) -> Path:
+    dump_kwargs.setdefault("sort_keys", True)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(mode="w", encoding="utf-8", dir=path.parent,
                                      prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
@@ -292,24 +293,24 @@ def slurm_array_failed_task_dir(
 def configure_slurm_array_failed_task_manifest_dir(
     checkpoint_path: str | os.PathLike, shard_index: int,
     environ: dict[str, str] | None = None,
-) -> str:
+) -> Path:
     """NeMo Curator's behaviour: reuse ``NEMO_CURATOR_FAILED_TASKS_DIR`` if set, else set it."""
     env = os.environ if environ is None else environ
     existing = env.get(FAILED_TASKS_DIR_ENV_VAR)
     if existing:
-        return existing
-    path = str(slurm_array_failed_task_dir(checkpoint_path, shard_index, env))
-    env[FAILED_TASKS_DIR_ENV_VAR] = path
+        return Path(existing)
+    path = slurm_array_failed_task_dir(checkpoint_path, shard_index, env)
+    env[FAILED_TASKS_DIR_ENV_VAR] = str(path)
     return path
 
 
 def configure_failed_task_manifest_dir(
     checkpoint_path: str | os.PathLike, environ: dict[str, str] | None = None
-) -> str:
+) -> Path:
     env = os.environ if environ is None else environ
-    path = str(Path(checkpoint_path, METADATA_DIRNAME, ".failed_tasks",
-                    f"local_attempt_{uuid.uuid4().hex}").absolute())
-    env[FAILED_TASKS_DIR_ENV_VAR] = path
+    path = Path(checkpoint_path, METADATA_DIRNAME, ".failed_tasks",
+                f"local_attempt_{uuid.uuid4().hex}").absolute()
+    env[FAILED_TASKS_DIR_ENV_VAR] = str(path)
     return path
 
 

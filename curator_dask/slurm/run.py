@@ -1,22 +1,28 @@
 """A pipeline run as one shard of a SLURM array: run.json at start, manifest at the end.
 
-Follows NeMo Curator 1.4's ``Pipeline.run`` (CONTRACT §5.10) with one fix: whether the shard
-saw a ``FailedTask`` is decided from the counts the completion plugin received, not from a
-marker file that workers write only if the right environment variable reached them.
+Follows NeMo Curator 1.4's ``Pipeline.run`` (CONTRACT §5.10) with two fixes:
+
+- whether the shard saw a ``FailedTask`` is decided from this run's counts (the completion
+  plugin's and the stages'), not from a marker file that workers write only if the right
+  environment variable reached them;
+- the failed-task directory is computed per attempt (job, array task, restart count, shard)
+  and never inherited from ``NEMO_CURATOR_FAILED_TASKS_DIR`` set by an earlier run in the same
+  process, so a retry in the same process can complete. The empty ``failed_tasks.json``
+  marker is still written there for tools that look for it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from curator_dask.slurm.array import SlurmArrayConfig, is_slurm_array_driver_process
 from curator_dask.slurm.manifests import (
     build_slurm_array_completion_manifest,
-    configure_slurm_array_failed_task_manifest_dir,
-    failed_task_manifest_exists,
     record_failed_tasks,
+    slurm_array_failed_task_dir,
 )
 from curator_dask.utils.files import is_remote_url
 
@@ -41,7 +47,7 @@ class ArrayShardRun:
     ) -> None:
         self.config = config.validate()
         self.is_driver = is_slurm_array_driver_process(environ)
-        self.failed_dir: str | None = None
+        self.failed_dir: Path | None = None
         self.manifest = None
         if checkpoint_path is None:
             return
@@ -51,10 +57,8 @@ class ArrayShardRun:
                 f"checkpoint, which must be a shared POSIX path; got {checkpoint_path!r}"
             )
             raise ValueError(msg)
-        env = environ if environ is not None else None
-        self.failed_dir = configure_slurm_array_failed_task_manifest_dir(
-            checkpoint_path, config.shard_index, env  # type: ignore[arg-type]
-        )
+        self.failed_dir = slurm_array_failed_task_dir(checkpoint_path, config.shard_index,
+                                                      environ)
         self.manifest = build_slurm_array_completion_manifest(
             checkpoint_path if self.is_driver else None,
             config.shard_index, config.total_shards, config.minimum_shard_index,
@@ -69,7 +73,7 @@ class ArrayShardRun:
             record_failed_tasks(self.failed_dir)
         if self.manifest is None:
             return
-        if failed or failed_task_manifest_exists(self.failed_dir):
+        if failed:
             logger.warning(
                 "Pipeline completed without raising, but a FailedTask manifest exists. The "
                 "shard remains incomplete and will be selected for retry."

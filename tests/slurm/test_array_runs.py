@@ -43,7 +43,10 @@ def files(directory: Path) -> dict[str, bytes]:
 
 
 def test_four_shards_failure_retry_and_union(executor, tmp_path, caplog, monkeypatch):
-    monkeypatch.delenv("NEMO_CURATOR_FAILED_TASKS_DIR", raising=False)
+    # A stale value (as NeMo Curator leaves behind) must not make later shards look failed.
+    monkeypatch.setenv("NEMO_CURATOR_FAILED_TASKS_DIR", str(tmp_path / "stale"))
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / "failed_tasks.json").touch()
     generate_jsonl(str(tmp_path / "in"), files=12, docs_per_file=3, seed=4)
     ckpt = str(tmp_path / "ckpt")
     single = make(tmp_path, "single").run(executor=executor, slurm_array=False)
@@ -64,7 +67,6 @@ def test_four_shards_failure_retry_and_union(executor, tmp_path, caplog, monkeyp
                 executor=executor, checkpoint_path=ckpt,
                 slurm_array=SlurmArrayConfig(shard_index=i, total_shards=4))
         assert results[i].num_sources == len(by_shard[i])
-        monkeypatch.delenv("NEMO_CURATOR_FAILED_TASKS_DIR", raising=False)
     assert run_config_path(ckpt).read_text() == '{"minimum_shard_index":0,"total_shards":4}\n'
     done = {r.payload["shard_index"] for r in read_completion_manifests(
         ckpt, namespace="slurm_array", completion_dirname=".slurm_array_completion")}
@@ -89,8 +91,7 @@ def test_four_shards_failure_retry_and_union(executor, tmp_path, caplog, monkeyp
     assert files(tmp_path / "out") == files(tmp_path / "single")
 
 
-def test_mixed_layouts_on_one_checkpoint_are_refused(executor, tmp_path, monkeypatch):
-    monkeypatch.delenv("NEMO_CURATOR_FAILED_TASKS_DIR", raising=False)
+def test_mixed_layouts_on_one_checkpoint_are_refused(executor, tmp_path):
     generate_jsonl(str(tmp_path / "in"), files=2, docs_per_file=2)
     ckpt = str(tmp_path / "ckpt")
     make(tmp_path, "out").run(executor=executor, checkpoint_path=ckpt,
