@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+# Imported up front: CPython 3.11.7 can raise "AST constructor recursion depth mismatch" when
+# a module is compiled while other threads are importing (gh-106905), which happened when
+# hypothesis was first imported at session end while cluster threads were shutting down.
+import hypothesis  # noqa: F401
 import pytest
 
 from curator_dask.sample_data import generate_jsonl

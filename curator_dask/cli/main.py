@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="threads per embedded worker (default: 1)")
     run.add_argument("--address", metavar="ADDR",
                      help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
+    run.add_argument("--cluster", choices=["local", "slurm"], default=None,
+                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config)")
+    run.add_argument("--jobs", type=int, metavar="N", help="SLURM worker jobs (--cluster slurm)")
+    run.add_argument("--no-tls", action="store_true",
+                     help="--cluster slurm without TLS (only on a private allocation)")
     run.add_argument("--checkpoint-path", metavar="PATH",
                      help="resume from and record completed sources at PATH")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -177,6 +182,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.jobs is not None and args.cluster != "slurm":
+        raise UsageError("--jobs needs --cluster slurm")
+    if args.cluster == "slurm" and args.address:
+        raise UsageError("--cluster slurm starts its own scheduler; drop --address")
     if args.address and (args.workers or args.threads_per_worker):
         raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
                          "they cannot be combined with --address")
@@ -188,6 +197,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     executor = DaskExecutor(
         address=args.address,
+        cluster="slurm" if args.cluster == "slurm" else None,
+        jobs=args.jobs,
+        tls=False if args.no_tls else None,
         n_workers=args.workers,
         threads_per_worker=args.threads_per_worker,
         progress=False if args.no_progress else None,

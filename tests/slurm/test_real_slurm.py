@@ -168,3 +168,63 @@ def test_requeued_task_resumes_and_skips_completed_sources(tmp_path):
     retry = cli("slurm", "retry", "--checkpoint-path", "ckpt", cwd=tmp_path)
     assert retry.returncode == 0 and retry.stdout == "", retry.stdout + retry.stderr
     assert len(list((tmp_path / "output").glob("*.jsonl"))) == 8
+
+
+def test_slurm_cluster_with_tls_replaces_a_cancelled_worker_job(tmp_path):
+    pytest.importorskip("dask_jobqueue")
+    import threading
+
+    import dask
+
+    from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
+
+    sys.path.insert(0, str(tmp_path))
+    (tmp_path / "slow_stage_mod.py").write_text(SLOW_PIPELINE)
+    import cloudpickle
+    import slow_stage_mod
+
+    # SLURM worker jobs cannot import a module that lives only in this test's folder.
+    cloudpickle.register_pickle_by_value(slow_stage_mod)
+    generate_jsonl(str(tmp_path / "input"), files=12, docs_per_file=2, seed=3)
+    pipeline = (Pipeline(name="slurm-cluster")
+                .add_stage(JsonlReader(file_paths=str(tmp_path / "input")))
+                .add_stage(slow_stage_mod.Slow())
+                .add_stage(JsonlWriter(path=str(tmp_path / "output"))))
+    kwargs = {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug",
+              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
+              "scheduler_options": {"dashboard_address": None},
+              "python": sys.executable}
+    seen_jobs: set[str] = set()
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "2s",
+                          "curator-dask.slurm.watchdog-interval": 1}):
+        executor = DaskExecutor(cluster="slurm", jobs=2, progress=False, cluster_kwargs=kwargs)
+        with executor:
+            handle = executor._cluster
+            assert handle.tls and handle.cluster.scheduler_address.startswith("tls://")
+            executor.start().wait_for_workers(2, timeout=120)
+            result: dict = {}
+            runner = threading.Thread(
+                target=lambda: result.setdefault("r", pipeline.run(executor=executor)))
+            runner.start()
+            deadline = time.monotonic() + 120
+            while not list((tmp_path / "output").glob("*.jsonl")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            jobs = {name: job.job_id for name, job in handle.cluster.workers.items()}
+            seen_jobs.update(jobs.values())
+            victim = sorted(jobs.values())[0]
+            subprocess.run(["scancel", victim], check=True)
+            while runner.is_alive() and time.monotonic() < deadline:
+                seen_jobs.update(job.job_id for job in handle.cluster.workers.values()
+                                 if job.job_id)
+                time.sleep(0.2)
+            runner.join(timeout=5)
+            # the watchdog submitted a replacement job, which joined the cluster
+            for _ in range(100):
+                seen_jobs.update(job.job_id for job in handle.cluster.workers.values()
+                                 if job.job_id)
+                if len(seen_jobs) >= 3 and len(executor.start().scheduler_info()["workers"]) >= 2:
+                    break
+                time.sleep(0.2)
+    assert len(result["r"]) == 12
+    assert len(list((tmp_path / "output").glob("*.jsonl"))) == 12
+    assert len(seen_jobs) >= 3, seen_jobs

@@ -132,7 +132,13 @@ class DaskExecutor(BaseExecutor):
             are tiny (default: config ``execution.max-sources-per-task``, 256; 1 disables).
         fuse: fuse consecutive stages with equal resources (default: config, True).
         progress: show a progress bar (default: only when interactive).
-        cluster_kwargs: extra ``LocalCluster`` keyword arguments (e.g. ``resources``).
+        cluster: ``"slurm"`` to start a dask-jobqueue ``SLURMCluster`` of ``jobs`` worker jobs
+            (``cluster_kwargs`` go to it; defaults from the ``jobqueue.slurm`` config), with
+            TLS on unless ``tls=False``; lost worker jobs are replaced.
+        jobs: number of SLURM worker jobs (``cluster="slurm"``; default 1).
+        tls: TLS with temporary credentials for ``cluster="slurm"`` (default: config
+            ``slurm.tls``, true).
+        cluster_kwargs: extra ``LocalCluster`` (or ``SLURMCluster``) keyword arguments.
 
     Use it as a context manager to keep one embedded cluster across several runs.
 
@@ -148,6 +154,9 @@ class DaskExecutor(BaseExecutor):
         *,
         address: str | None = None,
         client: Client | None = None,
+        cluster: str | None = None,
+        jobs: int | None = None,
+        tls: bool | None = None,
         n_workers: int | None = None,
         threads_per_worker: int | None = None,
         max_in_flight: int | None = None,
@@ -158,9 +167,15 @@ class DaskExecutor(BaseExecutor):
         cluster_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(config)
-        if address is not None and client is not None:
-            msg = "DaskExecutor: pass either address= or client=, not both"
+        if sum(x is not None for x in (address, client, cluster)) > 1:
+            msg = "DaskExecutor: pass at most one of address=, client= and cluster="
             raise ValueError(msg)
+        if cluster not in (None, "local", "slurm"):
+            msg = f"DaskExecutor: cluster must be 'local' or 'slurm', got {cluster!r}"
+            raise ValueError(msg)
+        self.cluster_kind = cluster or "local"
+        self.jobs = jobs if jobs is not None else 1
+        self.tls = bool(_config.get("slurm.tls", tls))
         if max_in_flight is not None and max_in_flight < 1:
             msg = f"DaskExecutor: max_in_flight must be at least 1, got {max_in_flight}"
             raise ValueError(msg)
@@ -215,6 +230,12 @@ class DaskExecutor(BaseExecutor):
         elif self.address is not None:
             self._client = Client(self.address)
             # Remote workers do not share the driver's stderr: bring stage logs back.
+            self._client.forward_logging("curator_dask")
+        elif self.cluster_kind == "slurm":
+            from curator_dask.slurm.cluster import SlurmClusterHandle
+
+            self._cluster = SlurmClusterHandle(self.jobs, tls=self.tls, **self.cluster_kwargs)
+            self._client = Client(self._cluster.cluster)
             self._client.forward_logging("curator_dask")
         else:
             kwargs = {

@@ -83,12 +83,20 @@ class StageHost(WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
 
     def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False):
+        import cloudpickle
+
         self.run_id = run_id
-        self.stages = stages
+        # cloudpickle, not pickle: stages defined in __main__, a notebook, or a module
+        # registered with cloudpickle.register_pickle_by_value travel by value to workers
+        # that cannot import them (distributed would pickle a plugin by reference).
+        self._stages_payload = cloudpickle.dumps(stages)
         self.counting = counting
         self.name = plugin_name(run_id)
 
     def setup(self, worker: Any = None) -> None:
+        import cloudpickle
+
+        self.stages = cloudpickle.loads(self._stages_payload)
         self.worker_id = str(getattr(worker, "name", "") or getattr(worker, "address", ""))
         self._lock = threading.Lock()
         self._adapters: dict[int, StageAdapter] = {}
