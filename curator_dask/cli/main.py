@@ -42,8 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="threads per embedded worker (default: 1)")
     run.add_argument("--address", metavar="ADDR",
                      help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
-    run.add_argument("--cluster", choices=["local", "slurm"], default=None,
-                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config)")
+    run.add_argument("--cluster", choices=["local", "slurm", "slurm-runner"], default=None,
+                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config); "
+                          "slurm-runner: inside `srun` with 3+ tasks, rank 0 runs the "
+                          "scheduler, rank 1 this pipeline, the others workers")
+    run.add_argument("--scheduler-file", metavar="PATH",
+                     help="--cluster slurm-runner: shared scheduler file "
+                          "(default ./.curator-dask-scheduler-{job_id}.json)")
     run.add_argument("--jobs", type=int, metavar="N", help="SLURM worker jobs (--cluster slurm)")
     run.add_argument("--no-tls", action="store_true",
                      help="--cluster slurm without TLS (only on a private allocation)")
@@ -132,6 +137,9 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", default="array_%A_%a.log", help="log file pattern")
     p.add_argument("--signal-grace", type=int, default=120, metavar="S",
                    help="seconds before the time limit at which SLURM sends USR1 (drain)")
+    p.add_argument("--dask-runner-tasks", type=int, metavar="N",
+                   help="run each array task as one srun step of N tasks (N >= 3; for several "
+                        "nodes): scheduler, driver and N-2 Dask workers (SLURMRunner)")
 
 
 def _job_spec(args: argparse.Namespace, pipeline: str, **shards: object):
@@ -143,7 +151,8 @@ def _job_spec(args: argparse.Namespace, pipeline: str, **shards: object):
         pipeline=pipeline, checkpoint_path=os.path.abspath(args.checkpoint_path),
         partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task,
         mem=args.mem, nodes=args.nodes, requeue=args.requeue, job_name=args.job_name,
-        output=args.output, signal_grace=args.signal_grace, **shards,
+        output=args.output, signal_grace=args.signal_grace,
+        dask_runner_tasks=args.dask_runner_tasks, **shards,
     )
 
 
@@ -175,6 +184,29 @@ def _print_summary(result) -> None:
     print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
 
 
+def _run_in_slurm_runner(args: argparse.Namespace, pipeline):
+    """One `srun` step: dask-jobqueue's SLURMRunner gives rank 0 the scheduler, rank 1 this
+    pipeline (the driver, which alone writes manifests) and the other ranks workers."""
+    import os
+
+    from dask_jobqueue.slurm import SLURMRunner
+    from distributed import Client
+
+    from curator_dask.backends.dask import DaskExecutor
+
+    scheduler_file = args.scheduler_file or os.path.join(
+        os.getcwd(), ".curator-dask-scheduler-{job_id}.json")
+    with SLURMRunner(scheduler_file=scheduler_file,
+                     scheduler_options={"dashboard_address": None}) as runner, \
+            Client(runner) as client:
+        # Only the client rank gets here; scheduler and worker ranks exit inside the runner.
+        os.environ["CURATOR_DASK_SLURM_DRIVER"] = "1"
+        client.wait_for_workers(runner.n_workers, timeout=300)
+        executor = DaskExecutor(client=client, progress=False if args.no_progress else None,
+                                fuse=False if args.no_fuse else None)
+        return pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
 
@@ -182,9 +214,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.scheduler_file and args.cluster != "slurm-runner":
+        raise UsageError("--scheduler-file needs --cluster slurm-runner")
     if args.jobs is not None and args.cluster != "slurm":
         raise UsageError("--jobs needs --cluster slurm")
-    if args.cluster == "slurm" and args.address:
+    if args.cluster in ("slurm", "slurm-runner") and args.address:
         raise UsageError("--cluster slurm starts its own scheduler; drop --address")
     if args.address and (args.workers or args.threads_per_worker):
         raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
@@ -216,7 +250,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from curator_dask.errors import RunStopped
 
     try:
-        result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
+        if args.cluster == "slurm-runner":
+            result = _run_in_slurm_runner(args, pipeline)
+        else:
+            result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
     except RunStopped as exc:
         print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED

@@ -14,6 +14,7 @@ Follows NeMo Curator 1.4's ``Pipeline.run`` (CONTRACT §5.10) with two fixes:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,10 @@ class ArrayShardRun:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config.validate()
-        self.is_driver = is_slurm_array_driver_process(environ)
+        env = os.environ if environ is None else environ
+        # Under SLURMRunner the pipeline runs on rank 1, whatever node that is: it says so.
+        self.is_driver = (env.get("CURATOR_DASK_SLURM_DRIVER") == "1"
+                          or is_slurm_array_driver_process(env))
         self.failed_dir: Path | None = None
         self.manifest = None
         if checkpoint_path is None:

@@ -46,6 +46,7 @@ class ArrayJobSpec:
     requeue: bool = False
     signal_grace: int = 120
     output: str = "array_%A_%a.log"
+    dask_runner_tasks: int | None = None
     workdir: str = field(default_factory=os.getcwd)
     python: str = field(default_factory=lambda: sys.executable)
     extra_run_args: tuple[str, ...] = ()
@@ -65,6 +66,10 @@ class ArrayJobSpec:
         if self.cpus_per_task < 1 or self.nodes < 1:
             msg = "cpus_per_task and nodes must be at least 1"
             raise ValueError(msg)
+        if self.dask_runner_tasks is not None and self.dask_runner_tasks < 3:
+            msg = (f"dask_runner_tasks must be at least 3 (scheduler, driver, one worker), "
+                   f"got {self.dask_runner_tasks}")
+            raise ValueError(msg)
         return self
 
 
@@ -77,7 +82,8 @@ def render_array_script(spec: ArrayJobSpec) -> str:
         f"#SBATCH --job-name={spec.job_name}",
         f"#SBATCH --array={spec.array}",
         f"#SBATCH --nodes={spec.nodes}",
-        "#SBATCH --ntasks-per-node=1",
+        ("#SBATCH --ntasks-per-node=1" if spec.dask_runner_tasks is None
+         else f"#SBATCH --ntasks={spec.dask_runner_tasks}"),
         f"#SBATCH --cpus-per-task={spec.cpus_per_task}",
         f"#SBATCH --time={spec.time}",
         f"#SBATCH --output={spec.output}",
@@ -104,11 +110,20 @@ def render_array_script(spec: ArrayJobSpec) -> str:
         'export NEMO_CURATOR_SLURM_ARRAY_TOTAL_SHARDS="${TOTAL_SHARDS}"',
         'export NEMO_CURATOR_SLURM_ARRAY_MINIMUM_SHARD_INDEX="${MINIMUM_SHARD_INDEX}"',
         "export SHARD_INDEX_OFFSET SHARD_INDEX TOTAL_SHARDS MINIMUM_SHARD_INDEX",
-        'WORKERS="${SLURM_CPUS_PER_TASK:-1}"',
-        # exec: the batch shell becomes the driver, so SLURM's USR1 reaches it directly.
-        f"exec {q(spec.python)} -m curator_dask run "
-        + " ".join(q(a) for a in run_args) + ' --workers "${WORKERS}"',
     ]
+    if spec.dask_runner_tasks is None:
+        lines += [
+            'WORKERS="${SLURM_CPUS_PER_TASK:-1}"',
+            # exec: the batch shell becomes the driver, so SLURM's USR1 reaches it directly.
+            f"exec {q(spec.python)} -m curator_dask run "
+            + " ".join(q(a) for a in run_args) + ' --workers "${WORKERS}"',
+        ]
+    else:
+        # Several tasks (nodes): one Dask cluster from one srun step (dask-jobqueue SLURMRunner).
+        lines.append(
+            f"exec srun {q(spec.python)} -m curator_dask run "
+            + " ".join(q(a) for a in run_args) + " --cluster slurm-runner"
+        )
     return "\n".join(lines) + "\n"
 
 

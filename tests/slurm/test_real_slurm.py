@@ -228,3 +228,37 @@ def test_slurm_cluster_with_tls_replaces_a_cancelled_worker_job(tmp_path):
     assert len(result["r"]) == 12
     assert len(list((tmp_path / "output").glob("*.jsonl"))) == 12
     assert len(seen_jobs) >= 3, seen_jobs
+
+
+def test_array_task_as_one_srun_step_with_slurm_runner(tmp_path):
+    pytest.importorskip("dask_jobqueue")
+    (tmp_path / "array_pipe.py").write_text(PIPELINE)
+    generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=2, seed=21)
+    log = tmp_path / "runner.log"
+    submitted = cli("slurm", "submit", "array_pipe.py:build", "--array", "0", "--total-shards",
+                    "1", "--checkpoint-path", "ckpt", "--dask-runner-tasks", "3",
+                    "--cpus-per-task", "1", "--time", "00:05:00", "--output", str(log),
+                    cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    wait_for_job(submitted.stdout.strip())
+    text = log.read_text() if log.exists() else ""
+    assert len(list((tmp_path / "output").glob("*.jsonl"))) == 4, text[-3000:]
+    retry = cli("slurm", "retry", "--checkpoint-path", "ckpt", cwd=tmp_path)
+    assert retry.returncode == 0 and retry.stdout == "", text[-3000:]  # the driver rank wrote it
+
+
+def test_submission_errors_show_command_exit_code_and_output():
+    from curator_dask.slurm.sbatch import (
+        ArrayJobSpec,
+        SbatchError,
+        render_array_script,
+        submit_script,
+    )
+
+    script = render_array_script(ArrayJobSpec(pipeline="p.yaml", array="0", checkpoint_path="/c",
+                                              partition="no-such-partition", cpus_per_task=1))
+    with pytest.raises(SbatchError) as info:
+        submit_script(script)
+    text = str(info.value)
+    assert "sbatch --parsable exited with 1" in text
+    assert "stdout:" in text and "stderr:" in text and "partition" in text.lower()

@@ -1,0 +1,79 @@
+"""The rendered sbatch array script, line by line (pure: nothing is submitted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from curator_dask.slurm.sbatch import ArrayJobSpec, render_array_script
+
+
+def lines(**kw) -> list[str]:
+    spec = ArrayJobSpec(pipeline="pipe.yaml", array="0-19", checkpoint_path="/ckpt",
+                        workdir="/work dir", python="/venv/bin/python", **kw)
+    return render_array_script(spec).splitlines()
+
+
+def test_defaults_mirror_submit_array_sh():
+    script = lines()
+    assert script[0] == "#!/usr/bin/env bash"
+    for line in ("#SBATCH --job-name=curator-array", "#SBATCH --array=0-19",
+                 "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --cpus-per-task=16", "#SBATCH --time=01:00:00",
+                 "#SBATCH --output=array_%A_%a.log", "#SBATCH --error=array_%A_%a.log",
+                 "#SBATCH --signal=B:USR1@120", "cd '/work dir'",
+                 'SHARD_INDEX_OFFSET="${SHARD_INDEX_OFFSET:-0}"',
+                 'SHARD_INDEX="${SHARD_INDEX:-$((SLURM_ARRAY_TASK_ID + SHARD_INDEX_OFFSET))}"',
+                 'TOTAL_SHARDS="${TOTAL_SHARDS:-${SLURM_ARRAY_TASK_COUNT}}"',
+                 'MINIMUM_SHARD_INDEX="${MINIMUM_SHARD_INDEX:-0}"',
+                 'export NEMO_CURATOR_SLURM_ARRAY_SHARD_INDEX="${SHARD_INDEX}"',
+                 'export NEMO_CURATOR_SLURM_ARRAY_TOTAL_SHARDS="${TOTAL_SHARDS}"',
+                 'export NEMO_CURATOR_SLURM_ARRAY_MINIMUM_SHARD_INDEX="${MINIMUM_SHARD_INDEX}"'):
+        assert line in script, line
+    assert not any(x.startswith(("#SBATCH --partition", "#SBATCH --mem", "#SBATCH --requeue"))
+                   for x in script)
+    assert script[-1] == ("exec /venv/bin/python -m curator_dask run pipe.yaml --checkpoint-path "
+                          '/ckpt --no-progress --workers "${WORKERS}"')
+
+
+def test_options_offsets_and_runner():
+    script = lines(total_shards=10000, shard_index_offset=1000, minimum_shard_index=0,
+                   partition="debug", mem="8G", requeue=True, signal_grace=300, nodes=2,
+                   dask_runner_tasks=6)
+    assert 'TOTAL_SHARDS="${TOTAL_SHARDS:-10000}"' in script
+    assert 'SHARD_INDEX_OFFSET="${SHARD_INDEX_OFFSET:-1000}"' in script
+    for line in ("#SBATCH --partition=debug", "#SBATCH --mem=8G", "#SBATCH --requeue",
+                 "#SBATCH --signal=B:USR1@300", "#SBATCH --nodes=2", "#SBATCH --ntasks=6"):
+        assert line in script
+    assert script[-1].startswith("exec srun /venv/bin/python -m curator_dask run pipe.yaml")
+    assert script[-1].endswith("--cluster slurm-runner")
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"array": "0-x"}, "not a SLURM array expression"),
+    ({"shard_index_offset": -1}, "shard_index_offset must be non-negative"),
+    ({"total_shards": 0}, "total_shards must be greater than 0"),
+    ({"dask_runner_tasks": 2}, "at least 3"),
+])
+def test_invalid_specs(kw, message):
+    base = {"pipeline": "p.yaml", "array": "0-3", "checkpoint_path": "/c"}
+    with pytest.raises(ValueError, match=message):
+        render_array_script(ArrayJobSpec(**{**base, **kw}))
+
+
+def test_the_script_is_valid_bash():
+    spec = ArrayJobSpec(pipeline="p.yaml", array="1,3,5-7%2", checkpoint_path="/c")
+    proc = subprocess.run(["bash", "-n"], input=render_array_script(spec), text=True,
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_dry_run_cli_prints_the_script(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "curator_dask", "slurm", "submit", "p.yaml",
+                          "--array", "0-3", "--checkpoint-path", "ckpt", "--dry-run"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "#SBATCH --array=0-3" in out.stdout
+    assert f"--checkpoint-path {tmp_path / 'ckpt'}" in out.stdout
