@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from curator_dask.utils.atomic import fsync_dir
+
 METADATA_DIRNAME = ".nemo_curator_metadata"
 SLURM_ARRAY_COMPLETION_MANIFEST_NAMESPACE = "slurm_array"
 SLURM_ARRAY_COMPLETION_DIRNAME = ".slurm_array_completion"
@@ -27,15 +29,6 @@ _COMPACT = (",", ":")
 
 
 # -- atomic JSON files (utils/atomic_io.py) --------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _write_temp_json(path: Path, payload: Any, **dump_kwargs: Any) -> Path:
     dump_kwargs.setdefault("sort_keys", True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +56,7 @@ def write_json_atomically(path: str | os.PathLike, payload: Any, **dump_kwargs: 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 
@@ -80,7 +73,7 @@ def write_json_atomically_if_absent(
         return False
     with contextlib.suppress(OSError):
         tmp.unlink()
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return True
 
 
@@ -93,17 +86,23 @@ def run_config_path(checkpoint_path: str | os.PathLike) -> Path:
     return completion_dir(checkpoint_path) / SLURM_ARRAY_RUN_CONFIG_FILENAME
 
 
-def _read_run_config(path: Path) -> dict:
+def _read_json_object(path: Path, what: str, title: str) -> dict:
+    """A JSON object from ``path``; errors name ``what`` as NeMo Curator's do."""
     try:
         with open(path, encoding="utf-8") as f:
             payload = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
-        msg = f"Failed to read Slurm array run configuration {path}: {exc}"
+        msg = f"Failed to read {what} {path}: {exc}"
         raise ValueError(msg) from exc
     if not isinstance(payload, dict):
-        msg = f"Slurm array run configuration must contain a JSON object: {path}"
+        msg = f"{title} must contain a JSON object: {path}"
         raise TypeError(msg)
     return payload
+
+
+def _read_run_config(path: Path) -> dict:
+    return _read_json_object(path, "Slurm array run configuration",
+                             "Slurm array run configuration")
 
 
 def ensure_slurm_array_run_config(
@@ -222,15 +221,7 @@ def read_completion_manifests(
     for path in sorted(directory.glob(f"completed_{_safe_token(namespace)}_*.json")):
         if not path.is_file():
             continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                payload = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            msg = f"Failed to read completion manifest {path}: {exc}"
-            raise ValueError(msg) from exc
-        if not isinstance(payload, dict):
-            msg = f"Completion manifest must contain a JSON object: {path}"
-            raise TypeError(msg)
+        payload = _read_json_object(path, "completion manifest", "Completion manifest")
         status = payload.get("status")
         if not isinstance(status, str):
             msg = f"Completion manifest must contain a string status: {path}"

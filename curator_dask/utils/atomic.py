@@ -66,7 +66,8 @@ def remove_stale_temp_files(directory: str) -> list[str]:
     return removed
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Best-effort fsync of a directory, so a rename in it survives a crash."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -91,7 +92,7 @@ def _local_commit(path: str, *, fsync: bool) -> Iterator[BinaryIO]:
             os.unlink(tmp)
         raise
     if fsync:
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
 
 def write_atomic(fs, path: str, write: Callable[[BinaryIO], None], *, fsync: bool = True) -> None:
