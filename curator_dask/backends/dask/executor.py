@@ -305,6 +305,9 @@ class DaskExecutor(BaseExecutor):
 
         plan = build_plan(stages, fuse=self.fuse)
         run_id = uuid.uuid4().hex[:12]
+        # A stop requested from here on (even during cluster start) applies to this run.
+        self._stop.clear()
+        self._stop_requested = False
         counts: dict[int, StageCount] = {i: StageCount() for i in range(len(stages))}
         client = self.start()
         mark("cluster")
@@ -447,8 +450,6 @@ class DaskExecutor(BaseExecutor):
         remaining = len(sources)
         sizer = ChunkSizer(threads=threads, limit=self.max_sources_per_task)
         done = as_completed(with_results=True)
-        self._stop.clear()
-        self._stop_requested = False
         stopped = threading.Event()
         finished = 0
         first = [True]
