@@ -1,0 +1,103 @@
+"""One append-only event log per job: ``<job dir>/events.jsonl``.
+
+Every record carries ``job_id``, ``run_id`` (the attempt), a ``seq`` that strictly increases
+across all attempts of the job (a new writer continues after the last record on disk), a UTC
+timestamp and a ``type``. Records are flushed as they are written; ``close`` fsyncs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+EVENT_TYPES = frozenset({
+    "job_start", "job_complete", "job_failed", "job_stopped", "run_resume", "sources_planned",
+    "source_complete", "source_failed", "stage_complete", "checkpoint_save", "checkpoint_load",
+    "worker_lost", "warning",
+})
+
+
+def _last_seq(path: str) -> int:
+    """The ``seq`` of the last complete record in ``path`` (0 when none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read().splitlines()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(tail):
+        try:
+            return int(json.loads(line)["seq"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a killed writer
+    return 0
+
+
+class EventLog:
+    """Appends typed records to a job's ``events.jsonl``.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "events.jsonl")
+        >>> with EventLog(path, job_id="j", run_id="r1") as log:
+        ...     log.emit("job_start", pid=1)["seq"]
+        1
+    """
+
+    def __init__(self, path: str, *, job_id: str, run_id: str) -> None:
+        self.path = path
+        self.job_id = job_id
+        self.run_id = run_id
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._lock = threading.Lock()
+        self._seq = _last_seq(path)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the job)
+
+    def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
+        """Append one record; returns it."""
+        if type_ not in EVENT_TYPES:
+            msg = f"unknown event type {type_!r}; known: {sorted(EVENT_TYPES)}"
+            raise ValueError(msg)
+        with self._lock:
+            self._seq += 1
+            record = {"seq": self._seq, "job_id": self.job_id, "run_id": self.run_id,
+                      "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+                      + f".{int(time.time() * 1000) % 1000:03d}Z",
+                      "type": type_, **fields}
+            self._file.write(json.dumps(record, default=str) + "\n")
+            self._file.flush()
+            return record
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_events(path: str) -> list[dict[str, Any]]:
+    """Every complete record of an event log (a torn last line is skipped)."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        return []
+    return records

@@ -1,0 +1,43 @@
+"""``job_summary.json``: the job's state, rewritten atomically (a heartbeat while running)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from curator_dask.utils.atomic import write_atomic
+
+STATES = ("running", "completed", "failed", "stopped")
+
+
+def write_summary(path: str, **fields: Any) -> dict[str, Any]:
+    """Atomically replace ``path`` with the summary; ``state`` must be a known state.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "job_summary.json")
+        >>> write_summary(p, job_id="j", state="running")["state"]
+        'running'
+    """
+    state = fields.get("state")
+    if state not in STATES:
+        msg = f"job state must be one of {list(STATES)}, got {state!r}"
+        raise ValueError(msg)
+    summary = {"host": socket.gethostname(), "pid": os.getpid(),
+               "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
+    data = (json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n").encode()
+    import fsspec
+
+    write_atomic(fsspec.filesystem("file"), os.path.abspath(path), lambda f: f.write(data))
+    return summary
+
+
+def read_summary(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,69 @@
+"""The job event log and job summary files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from curator_dask.jobs.events import EventLog, read_events
+from curator_dask.jobs.summary import read_summary, write_summary
+
+
+def test_seq_strictly_increases_across_attempts(tmp_path):
+    path = str(tmp_path / "job" / "events.jsonl")
+    with EventLog(path, job_id="j1", run_id="r1") as log:
+        log.emit("job_start", pid=1)
+        log.emit("sources_planned", total=3, skipped=0, to_process=3)
+    with EventLog(path, job_id="j1", run_id="r2") as log:
+        log.emit("run_resume")
+        log.emit("job_complete")
+    records = read_events(path)
+    assert [r["seq"] for r in records] == [1, 2, 3, 4]
+    assert [r["run_id"] for r in records] == ["r1", "r1", "r2", "r2"]
+    assert all(r["job_id"] == "j1" and r["ts"].endswith("Z") for r in records)
+    assert records[1]["total"] == 3
+
+
+def test_torn_last_line_from_a_killed_writer_is_skipped(tmp_path):
+    path = str(tmp_path / "events.jsonl")
+    code = textwrap.dedent(f"""
+        import os, signal
+        from curator_dask.jobs.events import EventLog
+        log = EventLog({path!r}, job_id="j", run_id="r1")
+        for _ in range(5):
+            log.emit("warning", message="x")
+        log._file.write('{{"seq": 6, "job_id": "j", "ty')  # half a record
+        log._file.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -9
+    assert [r["seq"] for r in read_events(path)] == [1, 2, 3, 4, 5]
+    with EventLog(path, job_id="j", run_id="r2") as log:
+        assert log.emit("run_resume")["seq"] == 6
+
+
+def test_unknown_event_type_is_refused(tmp_path):
+    with EventLog(str(tmp_path / "e.jsonl"), job_id="j", run_id="r") as log, \
+            pytest.raises(ValueError, match="unknown event type 'jobstart'"):
+        log.emit("jobstart")
+
+
+def test_summary_is_replaced_atomically_and_validated(tmp_path):
+    path = str(tmp_path / "job_summary.json")
+    write_summary(path, job_id="j", state="running", sources={"total": 3})
+    first = read_summary(path)
+    assert first["state"] == "running" and first["pid"] == os.getpid()
+    write_summary(path, job_id="j", state="completed")
+    assert read_summary(path)["state"] == "completed"
+    assert sorted(os.listdir(tmp_path)) == ["job_summary.json"]  # no temp files left
+    with pytest.raises(ValueError, match="job state must be one of"):
+        write_summary(path, job_id="j", state="done")
+    assert json.loads(Path(path).read_text())["state"] == "completed"
+    assert read_summary(str(tmp_path / "missing.json")) is None
