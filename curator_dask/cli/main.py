@@ -54,6 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="--cluster slurm without TLS (only on a private allocation)")
     run.add_argument("--checkpoint-path", metavar="PATH",
                      help="resume from and record completed sources at PATH")
+    run.add_argument("--job-id", metavar="ID", help="name the job (default: a new UTC token)")
+    run.add_argument("--resume", metavar="TOKEN",
+                     help="continue job TOKEN after checking its configuration and inputs")
+    run.add_argument("--work-dir", metavar="DIR",
+                     help="where job folders go (default: config jobs.work-dir, "
+                          "./curator-dask-jobs)")
+    run.add_argument("--verify-content", action="store_true",
+                     help="fingerprint inputs by content (sha256), not size and mtime")
+    run.add_argument("--no-job", action="store_true",
+                     help="run without a job folder (no event log, summary or resume token)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument("--no-fuse", action="store_true", help="one Dask task per stage")
     run.add_argument("-v", "--verbose", action="count", default=0,
@@ -182,6 +192,35 @@ def _print_summary(result) -> None:
         print(f"{r['stage']:<{width}}  {r['tasks_in']:>9} {r['tasks_out']:>9} "
               f"{r['items_in']:>10} {r['items_out']:>10} {r['seconds']:>8.2f}")
     print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
+    if getattr(result, "job_id", None):
+        print(f"job {result.job_id}")
+
+
+def _job_kwargs(args: argparse.Namespace) -> dict:
+    """Job options for Pipeline.run; the resume hint repeats this command line."""
+    import shlex
+
+    if args.no_job:
+        if args.resume or args.job_id:
+            raise UsageError("--no-job cannot be combined with --resume or --job-id")
+        return {}
+    kept, skip = [], False
+    for token in args.argv:
+        if skip:
+            skip = False
+            continue
+        if token in ("--resume", "--job-id"):
+            skip = True
+            continue
+        if token.startswith(("--resume=", "--job-id=")):
+            continue
+        kept.append(token)
+    from curator_dask import config
+
+    return {"work_dir": args.work_dir or config.get("jobs.work-dir"), "job_id": args.job_id,
+            "resume": args.resume,
+            "verify_content": args.verify_content,
+            "command": f"{PROG} " + shlex.join(kept)}
 
 
 def _run_in_slurm_runner(args: argparse.Namespace, pipeline):
@@ -248,15 +287,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, stop)
     from curator_dask.errors import RunStopped
+    from curator_dask.jobs.job import ResumeMismatchError
 
     try:
         if args.cluster == "slurm-runner":
             result = _run_in_slurm_runner(args, pipeline)
         else:
-            result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
+            result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path,
+                                  **_job_kwargs(args))
     except RunStopped as exc:
         print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
+    except (ResumeMismatchError, FileExistsError) as exc:
+        raise UsageError(str(exc)) from None
     _print_summary(result)
     return EXIT_OK
 
@@ -345,7 +388,9 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    args.argv = raw
     _configure_logging(args.verbose)
     try:
         if args.command == "run":

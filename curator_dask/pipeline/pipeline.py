@@ -107,6 +107,12 @@ class Pipeline:
         checkpoint_path: str | None = None,
         checkpoint_storage_options: dict | None = None,
         slurm_array: Any = None,
+        *,
+        work_dir: str | None = None,
+        job_id: str | None = None,
+        resume: str | None = None,
+        verify_content: bool = False,
+        command: str | None = None,
     ) -> list[Task]:
         """Build and run the pipeline; returns the sink stage's output tasks.
 
@@ -122,8 +128,42 @@ class Pipeline:
                 process every source, or ``None`` (default) to read the
                 ``NEMO_CURATOR_SLURM_ARRAY_*`` / ``SLURM_ARRAY_*`` variables here, on the
                 driver. The shard is filtered on the driver, so workers need no environment.
+            work_dir, job_id, resume: run as a job in ``<work_dir>/<job_id>/`` (event log,
+                job summary, saved fingerprints). ``resume=TOKEN`` continues a job after
+                checking that its configuration and inputs are unchanged (it names what
+                changed otherwise). A job's checkpoint defaults to ``<job dir>/checkpoint``.
+            verify_content: fingerprint inputs by content (sha256) rather than size and mtime.
+            command: the command line that started the run, for the resume hint.
         """
         self.build()
+        job = None
+        if work_dir is not None or job_id is not None or resume is not None:
+            from curator_dask import config
+            from curator_dask.jobs.run import JobRun
+
+            job = JobRun(self.stages, work_dir=work_dir or config.get("jobs.work-dir"),
+                         job_id=job_id, resume=resume, checkpoint_path=checkpoint_path,
+                         verify_content=verify_content, command=command)
+            checkpoint_path = job.checkpoint_path
+            logger.info("job %s (%s)%s", job.job_id, job.directory.path,
+                        f"; resume with: {job.resume_command}" if job.resume_command else "")
+        try:
+            result = self._run(executor, initial_tasks, checkpoint_path,
+                               checkpoint_storage_options, slurm_array, job)
+        except BaseException as exc:
+            if job is not None:
+                from curator_dask.errors import RunStopped
+
+                job.finish("stopped" if isinstance(exc, RunStopped | KeyboardInterrupt)
+                           else "failed", error=exc)
+            raise
+        if job is not None:
+            job.finish("completed", result)
+            result.job_id = job.job_id
+        return result
+
+    def _run(self, executor, initial_tasks, checkpoint_path, checkpoint_storage_options,
+             slurm_array, job):
         if checkpoint_path is not None:
             non_resumable = [s.name for s in self.stages if not s.is_resumable]
             if non_resumable:
@@ -162,6 +202,8 @@ class Pipeline:
                          checkpoint_storage_options=checkpoint_storage_options)
         if shard is not None:
             extra["slurm_array"] = shard.config
+        if job is not None:
+            extra["on_event"] = job.on_event
         params = inspect.signature(executor.execute).parameters
         missing = [k for k in extra if k not in params]
         if missing:

@@ -153,3 +153,27 @@ def test_run_with_checkpoint_then_inspect(tmp_path):
     report = json.loads(cli("checkpoint", "inspect", "ckpt", "--json", cwd=tmp_path).stdout)
     assert len(report["completed"]) == 3
     assert sorted(w["completed"] is None for w in report["writers"]) == [False, False, True]
+
+
+@pytest.mark.slow
+def test_cli_runs_are_jobs_with_a_resume_token(tmp_path):
+    from curator_dask.sample_data import generate_jsonl
+
+    generate_jsonl(str(tmp_path / "input"), files=2, docs_per_file=3)
+    shutil.copy(os.path.join(EXAMPLES, "demo_pipeline.yaml"), tmp_path / "p.yaml")
+    first = cli("run", "p.yaml", "--workers", "1", "--job-id", "demo-1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "job demo-1" in first.stdout
+    assert "resume with: python -m curator_dask run p.yaml --workers 1 --resume demo-1" in (
+        first.stderr)
+    assert (tmp_path / "curator-dask-jobs" / "demo-1" / "events.jsonl").is_file()
+    again = cli("run", "p.yaml", "--workers", "1", "--resume", "demo-1", cwd=tmp_path)
+    assert "2 source partitions: 2 already complete (skipped), 0 to process" in again.stderr
+    text = (tmp_path / "p.yaml").read_text().replace("min_chars: 50", "min_chars: 70")
+    (tmp_path / "p.yaml").write_text(text)
+    refused = cli("run", "p.yaml", "--workers", "1", "--resume", "demo-1", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "params.min_chars: 50 -> 70" in refused.stderr and "Nothing was deleted" in (
+        refused.stderr)
+    plain = cli("run", "p.yaml", "--workers", "1", "--no-job", cwd=tmp_path)
+    assert plain.returncode == 0 and "job " not in plain.stdout

@@ -291,6 +291,7 @@ class DaskExecutor(BaseExecutor):
         checkpoint_path: str | None = None,
         checkpoint_storage_options: dict | None = None,
         slurm_array: Any = None,
+        on_event: Any = None,
     ) -> RunResult:
         """Run built ``stages`` and return the sink's outputs as a :class:`RunResult`.
 
@@ -336,6 +337,9 @@ class DaskExecutor(BaseExecutor):
             if completion is not None:
                 todo, skipped = completion.open_sources(sources)
                 mark("sources_opened")
+            if on_event is not None:
+                on_event("sources_planned", total=len(sources), skipped=skipped,
+                         to_process=len(todo))
             if plan.groups and todo:
                 outputs = self._stream(client, run_id, stages, plan, todo, counts,
                                        counting=completion is not None,
@@ -359,6 +363,15 @@ class DaskExecutor(BaseExecutor):
             raise CheckpointError(msg)
         result = RunResult(outputs)
         result.stage_counts = [(s.name, counts[i]) for i, s in enumerate(stages)]
+        if on_event is not None:
+            # One aggregated record per stage keeps the log small at any number of sources.
+            for i, s in enumerate(stages):
+                on_event("stage_complete", stage=s.name, index=i, **asdict(counts[i]))
+            failed = (summary or {}).get("failed_sources") or []
+            if failed:
+                on_event("source_failed", count=len(failed), source_ids=failed[:100])
+            for text in (summary or {}).get("warnings", {}):
+                on_event("warning", message=text)
         result.num_sources = len(sources)
         result.skipped_sources = skipped
         result.checkpoint = summary

@@ -1,0 +1,126 @@
+"""One attempt of a job: job directory, strict resume, event log, job summary heartbeat."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from curator_dask.jobs.events import EventLog
+from curator_dask.jobs.job import JobDirectory, new_job_id, validate_job_id
+from curator_dask.jobs.summary import write_summary
+from curator_dask.resumability.fingerprint import config_fingerprint, input_fingerprints
+
+logger = logging.getLogger(__name__)
+
+
+def _source_files(stages: Sequence[Any]) -> list[str]:
+    from curator_dask.stages.file_partitioning import FilePartitioningStage
+    from curator_dask.utils.files import gather_file_records
+
+    source = next((s for s in stages if s.is_source_stage), None)
+    if not isinstance(source, FilePartitioningStage):
+        return []
+    records = gather_file_records(source.file_paths, extensions=source.file_extensions,
+                                  storage_options=source.storage_options)
+    return [path for path, _ in records]
+
+
+class JobRun:
+    """The job side of one ``Pipeline.run``: created before execution, finished after it.
+
+    Example:
+        >>> # job = JobRun(stages, work_dir="jobs", resume=None, checkpoint_path=None)
+        >>> # job.finish("completed", result)
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[Any],
+        *,
+        work_dir: str,
+        job_id: str | None = None,
+        resume: str | None = None,
+        checkpoint_path: str | None = None,
+        verify_content: bool = False,
+        command: str | None = None,
+        heartbeat: float = 5.0,
+    ) -> None:
+        if job_id is not None and resume is not None and job_id != resume:
+            msg = f"--job-id {job_id!r} and --resume {resume!r} disagree; give one of them"
+            raise ValueError(msg)
+        self.job_id = validate_job_id(resume or job_id or new_job_id())
+        self.resumed = resume is not None
+        self.directory = JobDirectory(work_dir, self.job_id)
+        self.checkpoint_path = checkpoint_path or os.path.join(self.directory.path, "checkpoint")
+        config = config_fingerprint(stages, checkpoint=self.checkpoint_path)
+        inputs = input_fingerprints(_source_files(stages), content=verify_content)
+        if self.resumed:
+            self.directory.verify_resume(config, inputs)
+        else:
+            self.directory.create(config, inputs,
+                                  plan={"stages": [s.name for s in stages]})
+        self.run_id = uuid.uuid4().hex[:8]
+        self.command = command
+        self.started = time.time()
+        self.events = EventLog(self.directory.file("events.jsonl"), job_id=self.job_id,
+                               run_id=self.run_id)
+        self.events.emit("run_resume" if self.resumed else "job_start", pid=os.getpid(),
+                         host=socket.gethostname(), command=command,
+                         checkpoint=self.checkpoint_path)
+        self.progress: dict[str, Any] = {}
+        self._state = "running"
+        self._write_summary()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat, args=(heartbeat,),
+                                        name="curator-dask-job-summary", daemon=True)
+        self._thread.start()
+
+    @property
+    def resume_command(self) -> str | None:
+        if self.command is None:
+            return None
+        return f"{self.command} --resume {self.job_id}"
+
+    def on_event(self, type_: str, **fields: Any) -> None:
+        """Executor callback: record an event and keep the latest counts for the summary."""
+        if type_ == "sources_planned":
+            self.progress.update(fields)
+        self.events.emit(type_, **fields)
+
+    def _write_summary(self, **extra: Any) -> None:
+        write_summary(
+            self.directory.file("job_summary.json"),
+            job_id=self.job_id, run_id=self.run_id, state=self._state,
+            started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            checkpoint=self.checkpoint_path, resume_command=self.resume_command,
+            sources=dict(self.progress), **extra,
+        )
+
+    def _heartbeat(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self._write_summary()
+            except OSError as exc:
+                logger.warning("could not write the job summary: %s", exc)
+
+    def finish(self, state: str, result: Any = None, error: BaseException | None = None) -> None:
+        """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once."""
+        self._stop.set()
+        self._state = state
+        extra: dict[str, Any] = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if result is not None:
+            extra["stages"] = result.counts_table() if hasattr(result, "counts_table") else None
+            extra["dashboard"] = getattr(result, "dashboard_link", None)
+        if error is not None:
+            extra["error"] = f"{type(error).__name__}: {error}"
+        event = {"completed": "job_complete", "failed": "job_failed",
+                 "stopped": "job_stopped"}[state]
+        self.events.emit(event, **({"error": extra["error"]} if error is not None else {}))
+        self._write_summary(**extra)
+        self.events.close()

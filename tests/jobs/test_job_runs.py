@@ -1,0 +1,95 @@
+"""Runs as jobs: job folder, strict resume, event log and summary, on a real LocalCluster."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resumability"))
+from resume_test_stages import FailSoftOn  # noqa: E402
+
+from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline, ProcessingStage  # noqa: E402
+from curator_dask.jobs.events import read_events  # noqa: E402
+from curator_dask.jobs.job import ResumeMismatchError  # noqa: E402
+from curator_dask.jobs.summary import read_summary  # noqa: E402
+from curator_dask.sample_data import generate_jsonl  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Boom(ProcessingStage):
+    name: str = "boom"
+
+    def process(self, task):
+        raise RuntimeError("boom")
+
+
+@pytest.fixture(scope="module")
+def executor():
+    with DaskExecutor(n_workers=1, progress=False) as ex:
+        yield ex
+
+
+def make(tmp_path, *middle) -> Pipeline:
+    p = Pipeline(name="job").add_stage(JsonlReader(file_paths=str(tmp_path / "in")))
+    for stage in middle:
+        p.add_stage(stage)
+    return p.add_stage(JsonlWriter(path=str(tmp_path / "out")))
+
+
+def test_job_resume_events_and_summary(executor, tmp_path):
+    generate_jsonl(str(tmp_path / "in"), files=4, docs_per_file=2, seed=2)
+    work = str(tmp_path / "jobs")
+    first = make(tmp_path, FailSoftOn(bad_ids=("1-0",))).run(
+        executor=executor, work_dir=work, job_id="job-a", command="cmd")
+    assert first.job_id == "job-a" and len(first) == 3
+    job_dir = Path(work) / "job-a"
+    summary = read_summary(str(job_dir / "job_summary.json"))
+    assert summary["state"] == "completed" and summary["resume_command"] == "cmd --resume job-a"
+    assert summary["sources"] == {"total": 4, "skipped": 0, "to_process": 4}
+    # resuming with a changed stage parameter is refused, naming it; nothing is deleted
+    with pytest.raises(ResumeMismatchError, match=r"params.bad_ids: \[\"1-0\"\] -> \[\]"):
+        make(tmp_path, FailSoftOn()).run(executor=executor, work_dir=work, resume="job-a")
+    assert (job_dir / "checkpoint").is_dir() and len(list((tmp_path / "out").iterdir())) == 3
+    # the unchanged resume finishes the job: only the failed source runs again
+    again = make(tmp_path, FailSoftOn(bad_ids=("1-0",))).run(executor=executor, work_dir=work,
+                                                             resume="job-a")
+    assert again.skipped_sources == 3
+    events = read_events(str(job_dir / "events.jsonl"))
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) == seqs[-1]
+    types = [e["type"] for e in events]
+    assert types[0] == "job_start" and "run_resume" in types
+    assert types.count("source_failed") == 2 and types[-1] == "job_complete"
+    assert len({e["run_id"] for e in events}) == 2  # the refused attempt wrote nothing
+
+
+def test_modified_input_is_named(executor, tmp_path):
+    generate_jsonl(str(tmp_path / "in"), files=3, docs_per_file=2, seed=3)
+    work = str(tmp_path / "jobs")
+    make(tmp_path).run(executor=executor, work_dir=work, job_id="job-b")
+    (tmp_path / "in" / "part-00001.jsonl").write_text('{"id": "x", "text": "changed!"}\n')
+    with pytest.raises(ResumeMismatchError, match=r"modified: .*part-00001\.jsonl"):
+        make(tmp_path).run(executor=executor, work_dir=work, resume="job-b")
+
+
+def test_job_failed_is_written_when_a_stage_raises(executor, tmp_path):
+    generate_jsonl(str(tmp_path / "in"), files=2, docs_per_file=2, seed=4)
+    work = str(tmp_path / "jobs")
+    with pytest.raises(Exception, match="boom"):
+        make(tmp_path, Boom()).run(executor=executor, work_dir=work, job_id="job-c")
+    events = read_events(str(Path(work) / "job-c" / "events.jsonl"))
+    assert events[-1]["type"] == "job_failed" and "boom" in events[-1]["error"]
+    summary = read_summary(str(Path(work) / "job-c" / "job_summary.json"))
+    assert summary["state"] == "failed" and "boom" in summary["error"]
+
+
+def test_job_id_and_resume_must_agree(executor, tmp_path):
+    generate_jsonl(str(tmp_path / "in"), files=1, docs_per_file=1)
+    with pytest.raises(ValueError, match="disagree"):
+        make(tmp_path).run(executor=executor, work_dir=str(tmp_path / "j"), job_id="a",
+                           resume="b")
