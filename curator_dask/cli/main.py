@@ -69,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="count", default=0,
                      help="more log output (-v: debug for curator_dask, -vv: also Dask)")
 
+    status = sub.add_parser("status", help="show jobs, or one job's progress",
+                            description="Without JOB: a table of the jobs in the work dir. "
+                                        "With JOB: its state and per-stage counts.")
+    status.add_argument("job", nargs="?", metavar="JOB", help="a job id (resume token)")
+    status.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--watch", action="store_true",
+                        help="refresh every 2 s until the job is no longer running")
+    status.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+
     checkpoint = sub.add_parser("checkpoint", help="look at a checkpoint")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
                                                required=True)
@@ -304,6 +314,77 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _job_state(summary: dict) -> str:
+    """The recorded state, or ``running (driver gone)`` when its driver no longer exists."""
+    import os
+    import socket
+
+    state = summary.get("state", "?")
+    if state == "running" and summary.get("host") == socket.gethostname():
+        try:
+            os.kill(int(summary.get("pid", 0)), 0)
+        except ProcessLookupError:
+            return "running (driver gone)"
+        except (OSError, ValueError):
+            pass
+    return state
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import time
+
+    from curator_dask import config
+    from curator_dask.jobs.summary import read_summary
+
+    work_dir = args.work_dir or config.get("jobs.work-dir")
+    if args.job is None:
+        rows = []
+        names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
+        for name in names:
+            summary = read_summary(os.path.join(work_dir, name, "job_summary.json"))
+            if summary is not None:
+                rows.append({**summary, "state": _job_state(summary)})
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return EXIT_OK
+        if not rows:
+            print(f"no jobs in {work_dir}")
+            return EXIT_OK
+        print(f"{'job':<28} {'state':<22} {'started':<21} {'sources':>8} {'skipped':>8}")
+        for r in rows:
+            src = r.get("sources") or {}
+            print(f"{r['job_id']:<28} {r['state']:<22} {r.get('started', ''):<21} "
+                  f"{src.get('total', ''):>8} {src.get('skipped', ''):>8}")
+        return EXIT_OK
+    path = os.path.join(work_dir, args.job, "job_summary.json")
+    while True:
+        summary = read_summary(path)
+        if summary is None:
+            raise UsageError(f"no job {args.job!r} in {work_dir}")
+        summary["state"] = _job_state(summary)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            src = summary.get("sources") or {}
+            print(f"job {summary['job_id']}: {summary['state']} (pid {summary.get('pid')} on "
+                  f"{summary.get('host')}, started {summary.get('started')}, updated "
+                  f"{summary.get('updated')})")
+            print(f"sources: {src.get('total', '?')} total, {src.get('skipped', 0)} skipped, "
+                  f"{src.get('to_process', '?')} to process")
+            for row in summary.get("stages") or []:
+                print(f"  {row['stage']:<24} {row['tasks_in']:>8} in {row['tasks_out']:>8} out "
+                      f"{row['failed']:>5} failed {row['seconds']:>8.2f} s")
+            if summary.get("error"):
+                print(f"error: {summary['error']}")
+            if summary.get("resume_command") and summary["state"] != "completed":
+                print(f"resume with: {summary['resume_command']}")
+        if not args.watch or summary["state"] != "running":
+            return EXIT_OK
+        time.sleep(2)
+
+
 def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
     import json
 
@@ -395,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "status":
+            return cmd_status(args)
         if args.command == "checkpoint" and args.checkpoint_command == "inspect":
             return cmd_checkpoint_inspect(args)
         if args.command == "slurm" and args.slurm_command == "retry":

@@ -89,9 +89,10 @@ class JobRun:
 
     def on_event(self, type_: str, **fields: Any) -> None:
         """Executor callback: record an event and keep the latest counts for the summary."""
+        self.events.emit(type_, **fields)
         if type_ == "sources_planned":
             self.progress.update(fields)
-        self.events.emit(type_, **fields)
+            self._write_summary()  # at once: tools should not wait for the next heartbeat
 
     def _write_summary(self, **extra: Any) -> None:
         write_summary(

@@ -71,3 +71,44 @@ def test_signal_drains_then_resume_skips_completed(tmp_path, sig):
                   again.stderr)
     assert m and int(m.group(1)) == written and int(m.group(2)) == 10 - written
     assert len(completed(tmp_path / "ckpt")) == 10
+
+
+def test_status_reflects_a_running_then_stopped_job_and_resume_finishes(tmp_path):
+    import json
+
+    from curator_dask.jobs.events import read_events
+
+    (tmp_path / "pipe.py").write_text(PIPELINE)
+    generate_jsonl(str(tmp_path / "input"), files=8, docs_per_file=2, seed=2)
+    base = [sys.executable, "-m", "curator_dask"]
+    proc = subprocess.Popen([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
+                             "--job-id", "slow-job"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    summary = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = subprocess.run([*base, "status", "slow-job", "--json"], cwd=tmp_path,
+                             capture_output=True, text=True)
+        if out.returncode == 0:
+            summary = json.loads(out.stdout)
+            if summary.get("sources"):
+                break
+        time.sleep(0.2)
+    assert summary["state"] == "running" and summary["pid"] == proc.pid
+    listing = subprocess.run([*base, "status"], cwd=tmp_path, capture_output=True, text=True)
+    assert "slow-job" in listing.stdout and "running" in listing.stdout
+    proc.send_signal(signal.SIGUSR1)
+    proc.communicate(timeout=90)
+    assert proc.returncode == 3
+    stopped = json.loads(subprocess.run([*base, "status", "slow-job", "--json"], cwd=tmp_path,
+                                        capture_output=True, text=True).stdout)
+    assert stopped["state"] == "stopped"
+    done = subprocess.run([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
+                           "--resume", "slow-job"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = read_events(str(tmp_path / "curator-dask-jobs" / "slow-job" / "events.jsonl"))
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["type"] for e in events]
+    assert "job_stopped" in types and types[-1] == "job_complete" and "run_resume" in types
+    assert len(list((tmp_path / "output").glob("*.jsonl"))) == 8
