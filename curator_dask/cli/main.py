@@ -79,6 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refresh every 2 s until the job is no longer running")
     status.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
 
+    stop = sub.add_parser(
+        "stop", help="stop a running job",
+        description="Cooperative by default: the driver starts no new sources, lets running "
+                    "ones finish, flushes completions and ends in state 'stopped'. --force then "
+                    "sends SIGTERM (and SIGKILL after --timeout) to the recorded driver, after "
+                    "checking its pid and start time.")
+    stop.add_argument("job", metavar="JOB", help="the job id")
+    stop.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    stop.add_argument("--force", action="store_true", help="signal the driver if needed")
+    stop.add_argument("--timeout", type=float, default=120, metavar="S",
+                      help="seconds to wait for the job to stop (default 120)")
+    stop.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+
     checkpoint = sub.add_parser("checkpoint", help="look at a checkpoint")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
                                                required=True)
@@ -385,6 +398,39 @@ def cmd_status(args: argparse.Namespace) -> int:
         time.sleep(2)
 
 
+def cmd_stop(args: argparse.Namespace) -> int:
+    import os
+    import signal
+
+    from curator_dask import config
+    from curator_dask.jobs.control import StopError, request_stop, signal_driver, wait_for_state
+    from curator_dask.jobs.summary import read_summary
+
+    job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
+    summary = read_summary(os.path.join(job_dir, "job_summary.json"))
+    if summary is None:
+        raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
+    if summary.get("state") != "running":
+        print(f"job {args.job} is not running (state: {summary.get('state')})")
+        return EXIT_OK
+    request_stop(job_dir)
+    state = wait_for_state(job_dir, args.timeout)
+    if state == "running" and args.force:
+        try:
+            pid = signal_driver(job_dir, signal.SIGTERM)
+            print(f"sent SIGTERM to driver {pid}")
+            state = wait_for_state(job_dir, args.timeout)
+            if state == "running":
+                signal_driver(job_dir, signal.SIGKILL)
+                print(f"sent SIGKILL to driver {pid}")
+                state = "killed"
+        except StopError as exc:
+            print(f"{PROG} stop: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    print(f"job {args.job}: {state}")
+    return EXIT_OK if state != "running" else EXIT_FAILED
+
+
 def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
     import json
 
@@ -478,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "status":
             return cmd_status(args)
+        if args.command == "stop":
+            return cmd_stop(args)
         if args.command == "checkpoint" and args.checkpoint_command == "inspect":
             return cmd_checkpoint_inspect(args)
         if args.command == "slurm" and args.slurm_command == "retry":

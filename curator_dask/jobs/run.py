@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -17,6 +18,19 @@ from curator_dask.jobs.summary import write_summary
 from curator_dask.resumability.fingerprint import config_fingerprint, input_fingerprints
 
 logger = logging.getLogger(__name__)
+
+
+STOP_REQUEST = "stop_request.json"
+
+
+def _process_start_time(pid: int | None = None) -> float | None:
+    """When a process started (seconds since the epoch), to tell it from a recycled pid."""
+    try:
+        import psutil
+
+        return psutil.Process(pid or os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 (no such process, or no psutil)
+        return None
 
 
 def _source_files(stages: Sequence[Any]) -> list[str]:
@@ -75,11 +89,28 @@ class JobRun:
                          checkpoint=self.checkpoint_path)
         self.progress: dict[str, Any] = {}
         self._state = "running"
+        self._executor: Any = None
+        self._stop_seen = False
+        self.heartbeat = heartbeat
         self._write_summary()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._heartbeat, args=(heartbeat,),
-                                        name="curator-dask-job-summary", daemon=True)
+        self._thread = threading.Thread(target=self._heartbeat, name="curator-dask-job-summary",
+                                        daemon=True)
         self._thread.start()
+
+    def attach(self, executor: Any) -> None:
+        """The executor a ``stop`` request is passed to."""
+        self._executor = executor
+
+    def _check_stop_request(self) -> None:
+        path = self.directory.file(STOP_REQUEST)
+        if self._stop_seen or self._executor is None or not os.path.exists(path):
+            return
+        self._stop_seen = True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        logger.warning("job %s: stop requested", self.job_id)
+        self._executor.request_stop("stop requested with `python -m curator_dask stop`")
 
     @property
     def resume_command(self) -> str | None:
@@ -100,11 +131,18 @@ class JobRun:
             job_id=self.job_id, run_id=self.run_id, state=self._state,
             started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             checkpoint=self.checkpoint_path, resume_command=self.resume_command,
+            process_start=_process_start_time(),
             sources=dict(self.progress), **extra,
         )
 
-    def _heartbeat(self, interval: float) -> None:
-        while not self._stop.wait(interval):
+    def _heartbeat(self) -> None:
+        # Poll for stop requests every 0.5 s; rewrite the summary every `heartbeat` seconds.
+        last = time.monotonic()
+        while not self._stop.wait(0.5):
+            self._check_stop_request()
+            if time.monotonic() - last < self.heartbeat:
+                continue
+            last = time.monotonic()
             try:
                 self._write_summary()
             except OSError as exc:

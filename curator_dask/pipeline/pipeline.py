@@ -184,6 +184,8 @@ class Pipeline:
             from curator_dask.backends.dask import DaskExecutor
 
             executor = DaskExecutor()
+        if job is not None and hasattr(executor, "request_stop"):
+            job.attach(executor)
         if initial_tasks:
             lineage.assign_root_task_ids(initial_tasks)
         shard = None

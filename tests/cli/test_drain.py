@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -112,3 +113,38 @@ def test_status_reflects_a_running_then_stopped_job_and_resume_finishes(tmp_path
     types = [e["type"] for e in events]
     assert "job_stopped" in types and types[-1] == "job_complete" and "run_resume" in types
     assert len(list((tmp_path / "output").glob("*.jsonl"))) == 8
+
+
+def test_stop_command_is_cooperative_and_checks_the_process(tmp_path):
+    import json
+
+    (tmp_path / "pipe.py").write_text(PIPELINE)
+    generate_jsonl(str(tmp_path / "input"), files=10, docs_per_file=2, seed=6)
+    base = [sys.executable, "-m", "curator_dask"]
+    proc = subprocess.Popen([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
+                             "--job-id", "stop-me"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    summary_path = tmp_path / "curator-dask-jobs" / "stop-me" / "job_summary.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if summary_path.exists() and json.loads(summary_path.read_text()).get("sources"):
+            break
+        time.sleep(0.1)
+    stop = subprocess.run([*base, "stop", "stop-me", "--timeout", "60"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=90)
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.strip().endswith("job stop-me: stopped")
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    done = completed(tmp_path / "curator-dask-jobs" / "stop-me" / "checkpoint")
+    assert 1 <= len(done) < 10
+    again = subprocess.run([*base, "stop", "stop-me"], cwd=tmp_path, capture_output=True,
+                           text=True)
+    assert "is not running (state: stopped)" in again.stdout
+    # --force never signals a process that is not the recorded driver
+    summary = json.loads(summary_path.read_text())
+    summary.update(state="running", pid=os.getpid(), process_start=1.0)
+    summary_path.write_text(json.dumps(summary))
+    forced = subprocess.run([*base, "stop", "stop-me", "--force", "--timeout", "0.5"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert forced.returncode == 1 and "nothing was signalled" in forced.stderr
