@@ -218,3 +218,12 @@ def test_overwrite_mode_empties_the_output_when_the_run_starts(executor, jsonl_i
     result = p.run(executor=executor)
     assert sorted(os.listdir(out)) == sorted(os.path.basename(t.data[0]) for t in result)
     assert len(result) == len(jsonl_input)
+
+
+def test_result_renders_as_a_table_in_notebooks(executor, jsonl_input, tmp_path):
+    p = Pipeline(name="repr").add_stage(JsonlReader(file_paths=os.path.dirname(jsonl_input[0])))
+    result = p.run(executor=executor)
+    html = result._repr_html_()
+    assert html.startswith("<table><caption>6 sources (0 skipped), 6 output tasks")
+    assert html.count("<tr>") == 1 + 2  # header + file_partitioning + jsonl_reader
+    assert "<td>jsonl_reader</td><td>6</td><td>6</td>" in html

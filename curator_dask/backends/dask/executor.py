@@ -64,6 +64,25 @@ class RunResult(list):
         """One dict per stage, ready for ``pandas.DataFrame``."""
         return [{"stage": name, **asdict(c)} for name, c in self.stage_counts]
 
+    def _repr_html_(self) -> str:
+        """A small per-stage table for Jupyter."""
+        from html import escape
+
+        columns = ["stage", "tasks_in", "tasks_out", "items_in", "items_out", "filtered",
+                   "failed", "seconds"]
+        head = "".join(f"<th>{c.replace('_', ' ')}</th>" for c in columns)
+        rows = []
+        for row in self.counts_table():
+            cells = [escape(str(row["stage"]))] + [
+                f"{row[c]:.2f}" if c == "seconds" else str(row[c]) for c in columns[1:]]
+            rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in cells) + "</tr>")
+        caption = (f"{self.num_sources} sources ({self.skipped_sources} skipped), "
+                   f"{len(self)} output tasks, {self.wall_time:.2f} s")
+        if self.dashboard_link:
+            caption += f' &middot; <a href="{escape(self.dashboard_link)}">dashboard</a>'
+        return (f"<table><caption>{caption}</caption><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>")
+
 
 class ChunkSizer:
     """How many sources go into one Dask task.
