@@ -10,14 +10,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-
-class UsageError(Exception):
-    """A problem with the command line or the pipeline definition (exit code 2)."""
-
-
-PROG = "python -m curator_dask"
+from curator_dask.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    PROG,
+    UsageError,
+)
+from curator_dask.cli.jobs import cmd_checkpoint_inspect, cmd_status, cmd_stop, job_kwargs
+from curator_dask.cli.slurm import (
+    add_job_options,
+    cmd_slurm_retry,
+    cmd_slurm_submit,
+    run_in_slurm_runner,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     retry.add_argument("--submit", metavar="PIPELINE",
                        help="resubmit the missing shards of PIPELINE with sbatch (job options "
                             "below apply)")
-    _add_job_options(retry)
+    add_job_options(retry)
     retry.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     retry.set_defaults(subparser=retry)  # its own usage line for argparse-style errors
 
@@ -153,40 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--shard-index-offset", type=int, default=0, metavar="K",
                         help="added to SLURM_ARRAY_TASK_ID (windows over MaxArraySize)")
     submit.add_argument("--minimum-shard-index", type=int, default=0, metavar="M")
-    _add_job_options(submit)
+    add_job_options(submit)
     submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     submit.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
     return parser
-
-
-def _add_job_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--partition", help="SLURM partition")
-    p.add_argument("--time", default="01:00:00", help="time limit (default 01:00:00)")
-    p.add_argument("--cpus-per-task", type=int, default=16, help="CPUs per array task")
-    p.add_argument("--mem", help="memory per node, e.g. 32G")
-    p.add_argument("--nodes", type=int, default=1, help="nodes per array task")
-    p.add_argument("--requeue", action="store_true", help="let SLURM requeue preempted tasks")
-    p.add_argument("--job-name", default="curator-array")
-    p.add_argument("--output", default="array_%A_%a.log", help="log file pattern")
-    p.add_argument("--signal-grace", type=int, default=120, metavar="S",
-                   help="seconds before the time limit at which SLURM sends USR1 (drain)")
-    p.add_argument("--dask-runner-tasks", type=int, metavar="N",
-                   help="run each array task as one srun step of N tasks (N >= 3; for several "
-                        "nodes): scheduler, driver and N-2 Dask workers (SLURMRunner)")
-
-
-def _job_spec(args: argparse.Namespace, pipeline: str, **shards: object):
-    import os
-
-    from curator_dask.slurm.sbatch import ArrayJobSpec
-
-    return ArrayJobSpec(
-        pipeline=pipeline, checkpoint_path=os.path.abspath(args.checkpoint_path),
-        partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task,
-        mem=args.mem, nodes=args.nodes, requeue=args.requeue, job_name=args.job_name,
-        output=args.output, signal_grace=args.signal_grace,
-        dask_runner_tasks=args.dask_runner_tasks, **shards,
-    )
 
 
 def _configure_logging(verbose: int) -> None:
@@ -217,56 +195,6 @@ def _print_summary(result) -> None:
     print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
     if getattr(result, "job_id", None):
         print(f"job {result.job_id}")
-
-
-def _job_kwargs(args: argparse.Namespace) -> dict:
-    """Job options for Pipeline.run; the resume hint repeats this command line."""
-    import shlex
-
-    if args.no_job:
-        if args.resume or args.job_id:
-            raise UsageError("--no-job cannot be combined with --resume or --job-id")
-        return {}
-    kept, skip = [], False
-    for token in args.argv:
-        if skip:
-            skip = False
-            continue
-        if token in ("--resume", "--job-id"):
-            skip = True
-            continue
-        if token.startswith(("--resume=", "--job-id=")):
-            continue
-        kept.append(token)
-    from curator_dask import config
-
-    return {"work_dir": args.work_dir or config.get("jobs.work-dir"), "job_id": args.job_id,
-            "resume": args.resume,
-            "verify_content": args.verify_content,
-            "command": f"{PROG} " + shlex.join(kept)}
-
-
-def _run_in_slurm_runner(args: argparse.Namespace, pipeline):
-    """One `srun` step: dask-jobqueue's SLURMRunner gives rank 0 the scheduler, rank 1 this
-    pipeline (the driver, which alone writes manifests) and the other ranks workers."""
-    import os
-
-    from dask_jobqueue.slurm import SLURMRunner
-    from distributed import Client
-
-    from curator_dask.backends.dask import DaskExecutor
-
-    scheduler_file = args.scheduler_file or os.path.join(
-        os.getcwd(), ".curator-dask-scheduler-{job_id}.json")
-    with SLURMRunner(scheduler_file=scheduler_file,
-                     scheduler_options={"dashboard_address": None}) as runner, \
-            Client(runner) as client:
-        # Only the client rank gets here; scheduler and worker ranks exit inside the runner.
-        os.environ["CURATOR_DASK_SLURM_DRIVER"] = "1"
-        client.wait_for_workers(runner.n_workers, timeout=300)
-        executor = DaskExecutor(client=client, progress=False if args.no_progress else None,
-                                fuse=False if args.no_fuse else None)
-        return pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -314,202 +242,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         if args.cluster == "slurm-runner":
-            result = _run_in_slurm_runner(args, pipeline)
+            result = run_in_slurm_runner(args, pipeline)
         else:
             result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path,
-                                  **_job_kwargs(args))
+                                  **job_kwargs(args))
     except RunStopped as exc:
         print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
     except (ResumeMismatchError, FileExistsError) as exc:
         raise UsageError(str(exc)) from None
     _print_summary(result)
-    return EXIT_OK
-
-
-def _job_state(summary: dict) -> str:
-    """The recorded state, or ``running (driver gone)`` when its driver no longer exists."""
-    import os
-    import socket
-
-    state = summary.get("state", "?")
-    if state == "running" and summary.get("host") == socket.gethostname():
-        try:
-            os.kill(int(summary.get("pid", 0)), 0)
-        except ProcessLookupError:
-            return "running (driver gone)"
-        except (OSError, ValueError):
-            pass
-    return state
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    import json
-    import os
-    import time
-
-    from curator_dask import config
-    from curator_dask.jobs.summary import read_summary
-
-    work_dir = args.work_dir or config.get("jobs.work-dir")
-    if args.job is None:
-        rows = []
-        names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
-        for name in names:
-            summary = read_summary(os.path.join(work_dir, name, "job_summary.json"))
-            if summary is not None:
-                rows.append({**summary, "state": _job_state(summary)})
-        if args.json:
-            print(json.dumps(rows, indent=2))
-            return EXIT_OK
-        if not rows:
-            print(f"no jobs in {work_dir}")
-            return EXIT_OK
-        print(f"{'job':<28} {'state':<22} {'started':<21} {'sources':>8} {'skipped':>8}")
-        for r in rows:
-            src = r.get("sources") or {}
-            print(f"{r['job_id']:<28} {r['state']:<22} {r.get('started', ''):<21} "
-                  f"{src.get('total', ''):>8} {src.get('skipped', ''):>8}")
-        return EXIT_OK
-    path = os.path.join(work_dir, args.job, "job_summary.json")
-    while True:
-        summary = read_summary(path)
-        if summary is None:
-            raise UsageError(f"no job {args.job!r} in {work_dir}")
-        summary["state"] = _job_state(summary)
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
-            src = summary.get("sources") or {}
-            print(f"job {summary['job_id']}: {summary['state']} (pid {summary.get('pid')} on "
-                  f"{summary.get('host')}, started {summary.get('started')}, updated "
-                  f"{summary.get('updated')})")
-            print(f"sources: {src.get('total', '?')} total, {src.get('skipped', 0)} skipped, "
-                  f"{src.get('to_process', '?')} to process")
-            for row in summary.get("stages") or []:
-                print(f"  {row['stage']:<24} {row['tasks_in']:>8} in {row['tasks_out']:>8} out "
-                      f"{row['failed']:>5} failed {row['seconds']:>8.2f} s")
-            if summary.get("error"):
-                print(f"error: {summary['error']}")
-            if summary.get("resume_command") and summary["state"] != "completed":
-                print(f"resume with: {summary['resume_command']}")
-        if not args.watch or summary["state"] != "running":
-            return EXIT_OK
-        time.sleep(2)
-
-
-def cmd_stop(args: argparse.Namespace) -> int:
-    import os
-    import signal
-
-    from curator_dask import config
-    from curator_dask.jobs.control import StopError, request_stop, signal_driver, wait_for_state
-    from curator_dask.jobs.summary import read_summary
-
-    job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
-    summary = read_summary(os.path.join(job_dir, "job_summary.json"))
-    if summary is None:
-        raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
-    if summary.get("state") != "running":
-        print(f"job {args.job} is not running (state: {summary.get('state')})")
-        return EXIT_OK
-    request_stop(job_dir)
-    state = wait_for_state(job_dir, args.timeout)
-    if state == "running" and args.force:
-        try:
-            pid = signal_driver(job_dir, signal.SIGTERM)
-            print(f"sent SIGTERM to driver {pid}")
-            state = wait_for_state(job_dir, args.timeout)
-            if state == "running":
-                signal_driver(job_dir, signal.SIGKILL)
-                print(f"sent SIGKILL to driver {pid}")
-                state = "killed"
-        except StopError as exc:
-            print(f"{PROG} stop: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    print(f"job {args.job}: {state}")
-    return EXIT_OK if state != "running" else EXIT_FAILED
-
-
-def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
-    import json
-
-    from curator_dask.resumability.inspect import inspect_checkpoint, map_partitions
-
-    if args.files_per_partition is not None and args.blocksize is not None:
-        raise UsageError("--files-per-partition and --blocksize are exclusive (as in readers)")
-    report = inspect_checkpoint(args.path)
-    if args.input:
-        map_partitions(report, args.input, files_per_partition=args.files_per_partition,
-                       blocksize=args.blocksize, file_extensions=args.extensions)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-        return EXIT_OK
-    print(f"checkpoint: {report.checkpoint}")
-    print(f"metadata:   {report.metadata_dir}")
-    print(f"writer files: {len(report.writers)}")
-    for w in report.writers:
-        state = f"{w.completed} completed" if w.error is None else f"UNREADABLE ({w.error})"
-        print(f"  {w.path}  {w.size} bytes  {state}")
-    print(f"completed sources (union): {len(report.completed)}")
-    if report.partitions is not None:
-        done = sum(p.complete for p in report.partitions)
-        print(f"input: {len(report.partitions)} partitions: {done} complete, "
-              f"{len(report.partitions) - done} pending")
-        for p in report.partitions:
-            mark = "complete" if p.complete else "pending "
-            print(f"  {mark}  {p.source_id}  {', '.join(p.files)}")
-    return EXIT_OK
-
-
-def cmd_slurm_retry(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from curator_dask.slurm.manifests import (
-        build_slurm_array_retry_submissions,
-        find_slurm_array_retries,
-        format_slurm_array_indices,
-    )
-
-    if args.max_array_size is not None and args.max_array_size <= 0:
-        parser.error("--max-array-size must be greater than 0.")
-    if args.max_array_size is not None and args.format != "fields":
-        parser.error("--max-array-size requires --format fields so each derived offset is "
-                     "included.")
-    plan = find_slurm_array_retries(args.checkpoint_path)
-    if plan is None:
-        parser.error("Slurm array run configuration was not found. Use the same checkpoint "
-                     "path as the original array run.")
-    for submission in build_slurm_array_retry_submissions(plan, args.max_array_size):
-        expr = format_slurm_array_indices(submission.array_indices)
-        if args.submit:
-            from curator_dask.slurm.sbatch import render_array_script, submit_script
-
-            spec = _job_spec(args, args.submit, array=expr, total_shards=plan.total_shards,
-                             shard_index_offset=submission.shard_index_offset,
-                             minimum_shard_index=plan.minimum_shard_index)
-            job_id = submit_script(render_array_script(spec))
-            print(f"submitted {expr} (offset {submission.shard_index_offset}) as job {job_id}")
-        elif args.format == "array":
-            print(expr)
-        else:
-            print(expr, submission.shard_index_offset, plan.minimum_shard_index,
-                  plan.total_shards)
-    return EXIT_OK
-
-
-def cmd_slurm_submit(args: argparse.Namespace) -> int:
-    from curator_dask.slurm.sbatch import render_array_script, submit_script
-
-    try:
-        spec = _job_spec(args, args.pipeline, array=args.array, total_shards=args.total_shards,
-                         shard_index_offset=args.shard_index_offset,
-                         minimum_shard_index=args.minimum_shard_index)
-        script = render_array_script(spec)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.dry_run:
-        print(script, end="")
-        return EXIT_OK
-    print(submit_script(script))
     return EXIT_OK
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 
 import fsspec
-import lmdb
 
-from curator_dask.resumability.store import METADATA_DIRNAME, list_writer_files, read_completed
+from curator_dask.resumability.store import (
+    METADATA_DIRNAME,
+    list_writer_files,
+    read_writer_files,
+)
 from curator_dask.utils.files import is_remote_url
 
 
@@ -57,25 +57,17 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
     shown = (lambda p: fs.unstrip_protocol(p)) if remote else (lambda p: p)
     report = CheckpointReport(checkpoint=checkpoint, metadata_dir=shown(meta))
     paths = list_writer_files(fs, meta)
-    tmp = tempfile.mkdtemp(prefix="curator-dask-inspect-") if remote else None
     union: set[str] = set()
-    try:
-        for path in paths:
-            writer = WriterFile(path=shown(path), size=int(fs.info(path).get("size") or 0))
-            try:
-                local = path
-                if tmp is not None:
-                    local = os.path.join(tmp, os.path.basename(path))
-                    fs.get_file(path, local)
-                ids = read_completed(local)
-                writer.completed = len(ids)
-                union |= ids
-            except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
-                writer.error = f"{type(exc).__name__}: {exc}"
-            report.writers.append(writer)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    for path, (shown_path, ids, exc) in zip(
+        paths, read_writer_files(fs, paths, remote=remote), strict=True
+    ):
+        writer = WriterFile(path=shown_path, size=int(fs.info(path).get("size") or 0))
+        if ids is None:
+            writer.error = f"{type(exc).__name__}: {exc}"
+        else:
+            writer.completed = len(ids)
+            union |= ids
+        report.writers.append(writer)
     report.completed = sorted(union)
     return report
 

@@ -22,7 +22,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import fsspec
 import lmdb
@@ -92,6 +92,30 @@ def list_writer_files(fs, meta_dir: str) -> list[str]:
         e["name"] for e in entries
         if e.get("type") != "directory" and e["name"].rstrip("/").endswith(".mdb")
     )
+
+
+def read_writer_files(
+    fs, paths: list[str], *, remote: bool
+) -> Iterator[tuple[str, set[str] | None, Exception | None]]:
+    """``(shown path, completed ids or None, error or None)`` for each writer file.
+
+    Remote files are downloaded to a temporary folder first (LMDB needs a local file).
+    """
+    download_dir = tempfile.mkdtemp(prefix="curator-dask-union-") if remote else None
+    try:
+        for path in paths:
+            shown = fs.unstrip_protocol(path) if remote else path
+            try:
+                local = path
+                if download_dir is not None:
+                    local = os.path.join(download_dir, os.path.basename(path))
+                    fs.get_file(path, local)
+                yield shown, read_completed(local), None
+            except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
+                yield shown, None, exc
+    finally:
+        if download_dir is not None:
+            shutil.rmtree(download_dir, ignore_errors=True)
 
 
 def open_writer_env(path: str) -> lmdb.Environment:
@@ -179,27 +203,12 @@ class CompletionStore:
         completed = self.own_completed()
         self.unreadable = []
         others = [p for p in self.writer_files() if p != self.remote_path]
-        if not others:
-            return completed
-        remote = self._is_remote()
-        download_dir = tempfile.mkdtemp(prefix="curator-dask-union-") if remote else None
-        try:
-            for path in others:
-                shown = self.fs.unstrip_protocol(path) if self._is_remote() else path
-                try:
-                    local = path
-                    if download_dir is not None:
-                        local = os.path.join(download_dir, os.path.basename(path))
-                        self.fs.get_file(path, local)
-                    completed |= read_completed(local)
-                except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
-                    logger.warning(
-                        "resumability: skipping unreadable checkpoint %s: %s", shown, exc
-                    )
-                    self.unreadable.append(shown)
-        finally:
-            if download_dir is not None:
-                shutil.rmtree(download_dir, ignore_errors=True)
+        for shown, ids, exc in read_writer_files(self.fs, others, remote=self._is_remote()):
+            if ids is None:
+                logger.warning("resumability: skipping unreadable checkpoint %s: %s", shown, exc)
+                self.unreadable.append(shown)
+            else:
+                completed |= ids
         return completed
 
     def _is_remote(self) -> bool:

@@ -484,7 +484,6 @@ class DaskExecutor(BaseExecutor):
         done = as_completed(with_results=True)
         stopped = threading.Event()
         finished = 0
-        first = [True]
 
         def drain() -> None:
             self._stop.wait()
@@ -516,13 +515,12 @@ class DaskExecutor(BaseExecutor):
                     key=f"{group.label}-{run_id[:8]}-{suffix}",
                     resources=group.resource_dict or None, pure=False,
                 )
-            if first[0] and on_first_submit is not None:
-                on_first_submit()
-            first[0] = False
             in_flight[previous] = len(chunk)
             done.add(previous)
 
         try:
+            if on_first_submit is not None and not self._stop.is_set():
+                on_first_submit()
             for _ in range(window):
                 submit_next()
             for future, result in _completed(done):

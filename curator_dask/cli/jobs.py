@@ -1,0 +1,170 @@
+"""CLI commands for jobs and checkpoints: status, stop, checkpoint inspect, job options."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from curator_dask.cli.common import EXIT_FAILED, EXIT_OK, PROG, UsageError
+
+
+def job_kwargs(args: argparse.Namespace) -> dict:
+    """Job options for Pipeline.run; the resume hint repeats this command line."""
+    import shlex
+
+    if args.no_job:
+        if args.resume or args.job_id:
+            raise UsageError("--no-job cannot be combined with --resume or --job-id")
+        return {}
+    kept, skip = [], False
+    for token in args.argv:
+        if skip:
+            skip = False
+            continue
+        if token in ("--resume", "--job-id"):
+            skip = True
+            continue
+        if token.startswith(("--resume=", "--job-id=")):
+            continue
+        kept.append(token)
+    from curator_dask import config
+
+    return {"work_dir": args.work_dir or config.get("jobs.work-dir"), "job_id": args.job_id,
+            "resume": args.resume,
+            "verify_content": args.verify_content,
+            "command": f"{PROG} " + shlex.join(kept)}
+
+
+def _job_state(summary: dict) -> str:
+    """The recorded state, or ``running (driver gone)`` when its driver no longer exists."""
+    import os
+    import socket
+
+    state = summary.get("state", "?")
+    if state == "running" and summary.get("host") == socket.gethostname():
+        try:
+            os.kill(int(summary.get("pid", 0)), 0)
+        except ProcessLookupError:
+            return "running (driver gone)"
+        except (OSError, ValueError):
+            pass
+    return state
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import time
+
+    from curator_dask import config
+    from curator_dask.jobs.summary import read_summary
+
+    work_dir = args.work_dir or config.get("jobs.work-dir")
+    if args.job is None:
+        rows = []
+        names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
+        for name in names:
+            summary = read_summary(os.path.join(work_dir, name, "job_summary.json"))
+            if summary is not None:
+                rows.append({**summary, "state": _job_state(summary)})
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return EXIT_OK
+        if not rows:
+            print(f"no jobs in {work_dir}")
+            return EXIT_OK
+        print(f"{'job':<28} {'state':<22} {'started':<21} {'sources':>8} {'skipped':>8}")
+        for r in rows:
+            src = r.get("sources") or {}
+            print(f"{r['job_id']:<28} {r['state']:<22} {r.get('started', ''):<21} "
+                  f"{src.get('total', ''):>8} {src.get('skipped', ''):>8}")
+        return EXIT_OK
+    path = os.path.join(work_dir, args.job, "job_summary.json")
+    while True:
+        summary = read_summary(path)
+        if summary is None:
+            raise UsageError(f"no job {args.job!r} in {work_dir}")
+        summary["state"] = _job_state(summary)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            src = summary.get("sources") or {}
+            print(f"job {summary['job_id']}: {summary['state']} (pid {summary.get('pid')} on "
+                  f"{summary.get('host')}, started {summary.get('started')}, updated "
+                  f"{summary.get('updated')})")
+            print(f"sources: {src.get('total', '?')} total, {src.get('skipped', 0)} skipped, "
+                  f"{src.get('to_process', '?')} to process")
+            for row in summary.get("stages") or []:
+                print(f"  {row['stage']:<24} {row['tasks_in']:>8} in {row['tasks_out']:>8} out "
+                      f"{row['failed']:>5} failed {row['seconds']:>8.2f} s")
+            if summary.get("error"):
+                print(f"error: {summary['error']}")
+            if summary.get("resume_command") and summary["state"] != "completed":
+                print(f"resume with: {summary['resume_command']}")
+        if not args.watch or summary["state"] != "running":
+            return EXIT_OK
+        time.sleep(2)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    import os
+    import signal
+
+    from curator_dask import config
+    from curator_dask.jobs.control import StopError, request_stop, signal_driver, wait_for_state
+    from curator_dask.jobs.summary import read_summary
+
+    job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
+    summary = read_summary(os.path.join(job_dir, "job_summary.json"))
+    if summary is None:
+        raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
+    if summary.get("state") != "running":
+        print(f"job {args.job} is not running (state: {summary.get('state')})")
+        return EXIT_OK
+    request_stop(job_dir)
+    state = wait_for_state(job_dir, args.timeout)
+    if state == "running" and args.force:
+        try:
+            pid = signal_driver(job_dir, signal.SIGTERM)
+            print(f"sent SIGTERM to driver {pid}")
+            state = wait_for_state(job_dir, args.timeout)
+            if state == "running":
+                signal_driver(job_dir, signal.SIGKILL)
+                print(f"sent SIGKILL to driver {pid}")
+                state = "killed"
+        except StopError as exc:
+            print(f"{PROG} stop: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    print(f"job {args.job}: {state}")
+    return EXIT_OK if state != "running" else EXIT_FAILED
+
+
+def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from curator_dask.resumability.inspect import inspect_checkpoint, map_partitions
+
+    if args.files_per_partition is not None and args.blocksize is not None:
+        raise UsageError("--files-per-partition and --blocksize are exclusive (as in readers)")
+    report = inspect_checkpoint(args.path)
+    if args.input:
+        map_partitions(report, args.input, files_per_partition=args.files_per_partition,
+                       blocksize=args.blocksize, file_extensions=args.extensions)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return EXIT_OK
+    print(f"checkpoint: {report.checkpoint}")
+    print(f"metadata:   {report.metadata_dir}")
+    print(f"writer files: {len(report.writers)}")
+    for w in report.writers:
+        state = f"{w.completed} completed" if w.error is None else f"UNREADABLE ({w.error})"
+        print(f"  {w.path}  {w.size} bytes  {state}")
+    print(f"completed sources (union): {len(report.completed)}")
+    if report.partitions is not None:
+        done = sum(p.complete for p in report.partitions)
+        print(f"input: {len(report.partitions)} partitions: {done} complete, "
+              f"{len(report.partitions) - done} pending")
+        for p in report.partitions:
+            mark = "complete" if p.complete else "pending "
+            print(f"  {mark}  {p.source_id}  {', '.join(p.files)}")
+    return EXIT_OK
