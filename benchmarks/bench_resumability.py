@@ -195,7 +195,10 @@ def case_completion(args) -> None:
               f"(scheduler + client) {100 * rows[label][1]:.0f} % of CPU")
     print(f"target >= 2,000 sources/s with the checkpoint on: {rows['on'][0]:.0f}")
     if not args.no_record:
-        record("completion", f"{n} no-op sources, 3 stages, 2 workers, median of {args.repeat}",
+        packing = ("" if args.max_sources_per_task is None
+                   else f", max-sources-per-task {args.max_sources_per_task}")
+        record("completion", f"{n} no-op sources, 3 stages, 2 workers{packing}, median of "
+               f"{args.repeat}",
                f"off {rows['off'][0]:.0f}/s", f"on {rows['on'][0]:.0f}/s "
                f"(scheduler process {100 * rows['on'][1]:.0f} % of CPU)",
                f"{rows['on'][0] / rows['off'][0]:.2f}")
@@ -207,10 +210,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--sources", type=int, default=20_000)
     parser.add_argument("--data", default=os.path.join(HERE, "_data"))
+    parser.add_argument("--max-sources-per-task", type=int, default=None,
+                        help="curator-dask.execution.max-sources-per-task for the runs "
+                             "(1 = one Dask task per source)")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     os.makedirs(args.data, exist_ok=True)
+    if args.max_sources_per_task is not None:  # inherited by the measured processes
+        os.environ["DASK_CURATOR_DASK__EXECUTION__MAX_SOURCES_PER_TASK"] = str(
+            args.max_sources_per_task)
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "curator_dask")],
                    check=True, stdout=subprocess.DEVNULL)
     {"overhead": case_overhead, "resume-startup": case_resume_startup,

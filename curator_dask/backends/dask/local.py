@@ -49,7 +49,7 @@ def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
 
     Dask sets ``MALLOC_TRIM_THRESHOLD_=65536`` to hand freed memory back to the OS quickly.
     Setting it also turns off glibc's dynamic mmap threshold, so every large temporary buffer
-    is mmapped and unmapped again: 15-20 % slower Arrow/NumPy batch work, measured here.
+    is mmapped and unmapped again, which slows Arrow/NumPy batch work.
     Streaming bounds what a worker holds, so by default the variable is left unset.
     """
     import dask.config
