@@ -80,30 +80,41 @@ def cmd_status(args: argparse.Namespace) -> int:
                   f"{src.get('total', ''):>8} {src.get('skipped', ''):>8}")
         return EXIT_OK
     path = os.path.join(work_dir, args.job, "job_summary.json")
-    while True:
+
+    def load() -> dict:
         summary = read_summary(path)
         if summary is None:
             raise UsageError(f"no job {args.job!r} in {work_dir}")
         summary["state"] = _job_state(summary)
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
-            src = summary.get("sources") or {}
-            print(f"job {summary['job_id']}: {summary['state']} (pid {summary.get('pid')} on "
-                  f"{summary.get('host')}, started {summary.get('started')}, updated "
-                  f"{summary.get('updated')})")
-            print(f"sources: {src.get('total', '?')} total, {src.get('skipped', 0)} skipped, "
-                  f"{src.get('to_process', '?')} to process")
-            for row in summary.get("stages") or []:
-                print(f"  {row['stage']:<24} {row['tasks_in']:>8} in {row['tasks_out']:>8} out "
-                      f"{row['failed']:>5} failed {row['seconds']:>8.2f} s")
-            if summary.get("error"):
-                print(f"error: {summary['error']}")
-            if summary.get("resume_command") and summary["state"] != "completed":
-                print(f"resume with: {summary['resume_command']}")
-        if not args.watch or summary["state"] != "running":
-            return EXIT_OK
-        time.sleep(2)
+        return summary
+
+    summary = load()
+    if args.json:
+        # --watch --json: one JSON document per line until the job ends.
+        while True:
+            from curator_dask.jobs.view import rates
+
+            summary["rates"] = rates(summary)
+            print(json.dumps(summary, indent=None if args.watch else 2), flush=True)
+            if not args.watch or summary["state"] != "running":
+                return EXIT_OK
+            time.sleep(2)
+            summary = load()
+    from rich.console import Console
+    from rich.live import Live
+
+    from curator_dask.jobs.view import render
+
+    console = Console(width=None if sys.stdout.isatty() else 160)  # piped: no truncation
+    if not args.watch:
+        console.print(render(summary))
+        return EXIT_OK
+    with Live(render(summary), console=console, refresh_per_second=2) as live:
+        while summary["state"] == "running":
+            time.sleep(2)
+            summary = load()
+            live.update(render(summary))
+    return EXIT_OK
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -111,7 +122,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
     import signal
 
     from curator_dask import config
-    from curator_dask.jobs.control import StopError, request_stop, signal_driver, wait_for_state
+    from curator_dask.jobs.control import (
+        StopError,
+        cancel_run_tasks,
+        request_stop,
+        signal_driver,
+        wait_for_state,
+    )
     from curator_dask.jobs.summary import read_summary
 
     job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
@@ -122,7 +139,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print(f"job {args.job} is not running (state: {summary.get('state')})")
         return EXIT_OK
     request_stop(job_dir)
-    state = wait_for_state(job_dir, args.timeout)
+    state = wait_for_state(job_dir, args.timeout if not args.force else min(args.timeout, 5))
+    if state == "running" and args.force:
+        try:
+            n = cancel_run_tasks(read_summary(os.path.join(job_dir, "job_summary.json")) or {},
+                                 timeout=max(1.0, min(args.timeout, 10.0)))
+            print(f"cancelled {n} Dask tasks of the run on its scheduler")
+            state = wait_for_state(job_dir, args.timeout)
+        except StopError as exc:
+            print(f"{PROG} stop: could not cancel through the scheduler: {exc}",
+                  file=sys.stderr)
     if state == "running" and args.force:
         try:
             pid = signal_driver(job_dir, signal.SIGTERM)
@@ -167,4 +193,21 @@ def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
         for p in report.partitions:
             mark = "complete" if p.complete else "pending "
             print(f"  {mark}  {p.source_id}  {', '.join(p.files)}")
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import os
+
+    from curator_dask import config
+    from curator_dask.jobs.report import write_report
+
+    job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
+    if not os.path.isfile(os.path.join(job_dir, "events.jsonl")):
+        raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
+    try:
+        path = write_report(job_dir, args.output)
+    except ImportError as exc:
+        raise UsageError(f"{exc}; install it with: pip install 'curator_dask[dashboard]'") from None
+    print(path)
     return EXIT_OK

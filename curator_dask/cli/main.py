@@ -19,7 +19,13 @@ from curator_dask.cli.common import (
     PROG,
     UsageError,
 )
-from curator_dask.cli.jobs import cmd_checkpoint_inspect, cmd_status, cmd_stop, job_kwargs
+from curator_dask.cli.jobs import (
+    cmd_checkpoint_inspect,
+    cmd_report,
+    cmd_status,
+    cmd_stop,
+    job_kwargs,
+)
 from curator_dask.cli.slurm import (
     add_job_options,
     cmd_slurm_retry,
@@ -70,6 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
                           "./curator-dask-jobs)")
     run.add_argument("--verify-content", action="store_true",
                      help="fingerprint inputs by content (sha256), not size and mtime")
+    run.add_argument("--verify-inputs", choices=["off", "fingerprint", "content"],
+                     help="check that inputs of sources the checkpoint marks complete did not "
+                          "change (default: config checkpoint.verify-inputs, off)")
+    run.add_argument("--on-input-change", choices=["reprocess", "error"],
+                     help="what a completed source whose inputs changed gets (default: "
+                          "reprocess)")
+    run.add_argument("--stage-checkpoints",
+                     choices=["disabled", "every_stage", "every_n_stages", "manual"],
+                     help="memoize stage outputs so replayed sources resume from the deepest "
+                          "boundary (default: config stage-checkpoints.strategy, disabled)")
+    run.add_argument("--checkpoint-every", type=int, metavar="N",
+                     help="every_n_stages: checkpoint after every N-th stage")
+    run.add_argument("--checkpoint-stages", metavar="NAMES",
+                     help="manual: comma-separated stage names to checkpoint after")
+    run.add_argument("--checkpoint-format", choices=["arrow", "parquet"],
+                     help="stage checkpoint file format (default: arrow)")
+    run.add_argument("--checkpoint-retention",
+                     choices=["cleanup_on_complete", "keep_all", "keep_failed_only"],
+                     help="when stage checkpoints are deleted (default: cleanup_on_complete)")
     run.add_argument("--no-job", action="store_true",
                      help="run without a job folder (no event log, summary or resume token)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -84,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", action="store_true",
-                        help="refresh every 2 s until the job is no longer running")
+                        help="a live table, refreshed every 2 s until the job is no longer "
+                             "running")
     status.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
 
     stop = sub.add_parser(
@@ -99,6 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--timeout", type=float, default=120, metavar="S",
                       help="seconds to wait for the job to stop (default 120)")
     stop.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+
+    report = sub.add_parser(
+        "report", help="write a job's HTML report",
+        description="Write a self-contained HTML report of a job: per-stage throughput over "
+                    "time, task durations, counts and the event log's warnings, next to Dask's "
+                    "performance report for the run when one was recorded.")
+    report.add_argument("job", metavar="JOB", help="the job id")
+    report.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    report.add_argument("-o", "--output", metavar="PATH",
+                        help="where to write it (default: <job dir>/report.html)")
+    report.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
 
     checkpoint = sub.add_parser("checkpoint", help="look at a checkpoint")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
@@ -197,6 +234,46 @@ def _print_summary(result) -> None:
         print(f"job {result.job_id}")
 
 
+def checkpoint_kwargs(args: argparse.Namespace) -> dict:
+    """Stage checkpoint and input verification options for Pipeline.run."""
+    from curator_dask import config
+
+    kwargs: dict = {"verify_inputs": args.verify_inputs, "on_input_change": args.on_input_change}
+    strategy = args.stage_checkpoints
+    if args.checkpoint_every is not None and strategy in (None, "every_n_stages"):
+        strategy = "every_n_stages"
+    elif args.checkpoint_every is not None:
+        raise UsageError(f"--checkpoint-every goes with every_n_stages, not {strategy}")
+    if args.checkpoint_stages is not None and strategy in (None, "manual"):
+        strategy = "manual"
+    elif args.checkpoint_stages is not None:
+        raise UsageError(f"--checkpoint-stages goes with manual, not {strategy}")
+    given = (strategy, args.checkpoint_format, args.checkpoint_retention)
+    if all(v is None for v in given):
+        return kwargs
+    defaults = {k.replace("-", "_"): v for k, v in config.get("stage-checkpoints").items()}
+    settings = {**defaults, "strategy": strategy or defaults["strategy"]}
+    if settings["strategy"] != "every_n_stages":
+        settings["n"] = None
+    if settings["strategy"] != "manual":
+        settings["stages"] = []
+    if args.checkpoint_every is not None:
+        settings["n"] = args.checkpoint_every
+    if args.checkpoint_stages is not None:
+        settings["stages"] = [n.strip() for n in args.checkpoint_stages.split(",") if n.strip()]
+    for key, value in (("format", args.checkpoint_format),
+                       ("retention", args.checkpoint_retention)):
+        if value is not None:
+            settings[key] = value
+    from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
+    try:
+        kwargs["stage_checkpoints"] = StageCheckpoints(**settings)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return kwargs
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
 
@@ -239,17 +316,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(sig, stop)
     from curator_dask.errors import RunStopped
     from curator_dask.jobs.job import ResumeMismatchError
+    from curator_dask.resumability.input_check import InputChangedError
 
     try:
         if args.cluster == "slurm-runner":
             result = run_in_slurm_runner(args, pipeline)
         else:
             result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path,
-                                  **job_kwargs(args))
+                                  **job_kwargs(args), **checkpoint_kwargs(args))
     except RunStopped as exc:
         print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
-    except (ResumeMismatchError, FileExistsError) as exc:
+    except (ResumeMismatchError, FileExistsError, InputChangedError) as exc:
         raise UsageError(str(exc)) from None
     _print_summary(result)
     return EXIT_OK
@@ -268,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_status(args)
         if args.command == "stop":
             return cmd_stop(args)
+        if args.command == "report":
+            return cmd_report(args)
         if args.command == "checkpoint" and args.checkpoint_command == "inspect":
             return cmd_checkpoint_inspect(args)
         if args.command == "slurm" and args.slurm_command == "retry":

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import time
+from typing import Any
 
 from curator_dask.jobs.run import STOP_REQUEST, _process_start_time
 from curator_dask.jobs.summary import read_summary
@@ -52,3 +53,34 @@ def signal_driver(job_dir: str, sig: int = signal.SIGTERM) -> int:
         raise StopError(msg)
     os.kill(pid, sig)
     return pid
+
+
+def _cancel_on_scheduler(dask_scheduler: Any = None, token: str = "", client: str = "",
+                         reason: str = "") -> int:
+    keys = [k for k in dask_scheduler.tasks if f"-{token}-" in str(k)]
+    if keys:
+        dask_scheduler.stimulus_cancel(keys, client, force=True, reason=reason,
+                                       msg="cancelled by `curator_dask stop --force`")
+    return len(keys)
+
+
+def cancel_run_tasks(summary: dict[str, Any], timeout: float = 10.0) -> int:
+    """Cancel the job's Dask tasks on its scheduler (keys carry the run's token); returns how
+    many. Raises :class:`StopError` when the scheduler cannot be reached."""
+    address, token = summary.get("scheduler"), summary.get("run_key_token")
+    if not address or not token:
+        msg = "the job summary names no scheduler or run token (the run had not started)"
+        raise StopError(msg)
+    if str(address).startswith("tls://"):
+        msg = (f"the scheduler {address} uses TLS with the driver's temporary credentials; "
+               "only the driver can cancel its tasks")
+        raise StopError(msg)
+    from distributed import Client
+
+    try:
+        with Client(address, timeout=timeout) as client:
+            return int(client.run_on_scheduler(_cancel_on_scheduler, token=token,
+                                               client=client.id, reason="stop --force"))
+    except OSError as exc:
+        msg = f"cannot reach the scheduler {address}: {exc}"
+        raise StopError(msg) from exc

@@ -64,6 +64,7 @@ class JobRun:
         verify_content: bool = False,
         command: str | None = None,
         heartbeat: float = 5.0,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         if job_id is not None and resume is not None and job_id != resume:
             msg = f"--job-id {job_id!r} and --resume {resume!r} disagree; give one of them"
@@ -72,13 +73,14 @@ class JobRun:
         self.resumed = resume is not None
         self.directory = JobDirectory(work_dir, self.job_id)
         self.checkpoint_path = checkpoint_path or os.path.join(self.directory.path, "checkpoint")
-        config = config_fingerprint(stages, checkpoint=self.checkpoint_path)
+        self.stages = list(stages)
+        self.settings = dict(settings or {})
+        config = config_fingerprint(stages, checkpoint=self.checkpoint_path, **self.settings)
         inputs = input_fingerprints(_source_files(stages), content=verify_content)
         if self.resumed:
             self.directory.verify_resume(config, inputs)
         else:
-            self.directory.create(config, inputs,
-                                  plan={"stages": [s.name for s in stages]})
+            self.directory.create(config, inputs)
         self.run_id = uuid.uuid4().hex[:8]
         self.command = command
         self.started = time.time()
@@ -99,8 +101,31 @@ class JobRun:
         self._thread.start()
 
     def attach(self, executor: Any) -> None:
-        """The executor a ``stop`` request is passed to."""
+        """The executor a ``stop`` request is passed to; writes ``dag_execution_plan.json``."""
         self._executor = executor
+        from curator_dask import config
+
+        if hasattr(executor, "performance_report") and config.get("jobs.performance-report"):
+            import importlib.util
+
+            if importlib.util.find_spec("bokeh") is not None:
+                from curator_dask.jobs.report import PERFORMANCE_REPORT
+
+                executor.performance_report = self.directory.file(PERFORMANCE_REPORT)
+        fuse = getattr(executor, "fuse", None)
+        if fuse is None:
+            return
+        from curator_dask.backends.dask.plan import build_plan, plan_document
+        from curator_dask.jobs.job import PLAN_FILE
+        from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+        from curator_dask.slurm.manifests import write_json_atomically
+
+        ckpt = StageCheckpoints.coerce(self.settings.get("stage_checkpoints"))
+        plan = build_plan(self.stages, fuse=fuse, boundaries=ckpt.boundaries(self.stages))
+        document = plan_document(self.stages, plan, ckpt.to_dict())
+        document["job_id"] = self.job_id
+        document["run_id"] = self.run_id
+        write_json_atomically(self.directory.file(PLAN_FILE), document, indent=2)
 
     def _check_stop_request(self) -> None:
         path = self.directory.file(STOP_REQUEST)
@@ -126,6 +151,13 @@ class JobRun:
             self._write_summary()  # at once: tools should not wait for the next heartbeat
 
     def _write_summary(self, **extra: Any) -> None:
+        live = getattr(self._executor, "live", None)
+        if live is not None and hasattr(live, "snapshot"):
+            snap = live.snapshot()
+            extra.setdefault("stages", snap.pop("stages"))
+            self.progress.update(snap.pop("sources"))
+            for key, value in snap.items():
+                extra.setdefault(key, value)
         write_summary(
             self.directory.file("job_summary.json"),
             job_id=self.job_id, run_id=self.run_id, state=self._state,
@@ -152,7 +184,11 @@ class JobRun:
         """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once."""
         self._stop.set()
         self._state = state
-        extra: dict[str, Any] = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if getattr(self._executor, "performance_report", None):
+            self._executor.performance_report = None
+        now = time.time()
+        extra: dict[str, Any] = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                                 "ended_at": now}
         if result is not None:
             extra["stages"] = result.counts_table() if hasattr(result, "counts_table") else None
             extra["dashboard"] = getattr(result, "dashboard_link", None)

@@ -113,6 +113,9 @@ class Pipeline:
         resume: str | None = None,
         verify_content: bool = False,
         command: str | None = None,
+        stage_checkpoints: Any = None,
+        verify_inputs: str | None = None,
+        on_input_change: str | None = None,
     ) -> list[Task]:
         """Build and run the pipeline; returns the sink stage's output tasks.
 
@@ -134,8 +137,28 @@ class Pipeline:
                 changed otherwise). A job's checkpoint defaults to ``<job dir>/checkpoint``.
             verify_content: fingerprint inputs by content (sha256) rather than size and mtime.
             command: the command line that started the run, for the resume hint.
+            stage_checkpoints: memoize chosen stage boundaries so a replayed source resumes
+                from its deepest one: a strategy (``"every_stage"``, ``"manual"``, ...), a dict
+                (``{"strategy": "every_n_stages", "n": 2, "retention": "keep_all"}``) or a
+                ``StageCheckpoints``; default: config ``stage-checkpoints`` (disabled). Needs a
+                checkpoint; see docs/stage-checkpoints.md.
+            verify_inputs: ``"off"`` (default: config ``checkpoint.verify-inputs``),
+                ``"fingerprint"`` (size and mtime or ETag) or ``"content"`` (sha256): check
+                that the inputs of sources the checkpoint marks complete did not change.
+            on_input_change: ``"reprocess"`` (default) or ``"error"``: what a changed,
+                completed source gets.
         """
+        from curator_dask import config
+        from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
+        if stage_checkpoints is None:
+            stage_checkpoints = {k.replace("-", "_"): v
+                                 for k, v in config.get("stage-checkpoints").items()}
+        ckpt_config = StageCheckpoints.coerce(stage_checkpoints)
+        verify_inputs = config.get("checkpoint.verify-inputs", verify_inputs)
+        on_input_change = config.get("checkpoint.on-input-change", on_input_change)
         self.build()
+        ckpt_config.boundaries(self.stages)  # names checked before anything starts
         job = None
         if work_dir is not None or job_id is not None or resume is not None:
             from curator_dask import config
@@ -143,13 +166,17 @@ class Pipeline:
 
             job = JobRun(self.stages, work_dir=work_dir or config.get("jobs.work-dir"),
                          job_id=job_id, resume=resume, checkpoint_path=checkpoint_path,
-                         verify_content=verify_content, command=command)
+                         verify_content=verify_content, command=command,
+                         settings={"stage_checkpoints": ckpt_config.to_dict(),
+                                   "verify_inputs": verify_inputs,
+                                   "on_input_change": on_input_change})
             checkpoint_path = job.checkpoint_path
             logger.info("job %s (%s)%s", job.job_id, job.directory.path,
                         f"; resume with: {job.resume_command}" if job.resume_command else "")
         try:
             result = self._run(executor, initial_tasks, checkpoint_path,
-                               checkpoint_storage_options, slurm_array, job)
+                               checkpoint_storage_options, slurm_array, job, ckpt_config,
+                               verify_inputs, on_input_change)
         except BaseException as exc:
             if job is not None:
                 from curator_dask.errors import RunStopped
@@ -163,7 +190,16 @@ class Pipeline:
         return result
 
     def _run(self, executor, initial_tasks, checkpoint_path, checkpoint_storage_options,
-             slurm_array, job):
+             slurm_array, job, ckpt_config, verify_inputs, on_input_change):
+        from curator_dask.resumability.input_check import InputCheck
+
+        if checkpoint_path is None and (ckpt_config.enabled or verify_inputs != "off"):
+            what = (f"stage_checkpoints={ckpt_config.strategy!r}" if ckpt_config.enabled
+                    else f"verify_inputs={verify_inputs!r}")
+            msg = (f"{what} needs checkpoint_path (or a job, whose checkpoint is in its "
+                   "folder): it works on the completion checkpoint")
+            raise ValueError(msg)
+        input_check = None
         if checkpoint_path is not None:
             non_resumable = [s.name for s in self.stages if not s.is_resumable]
             if non_resumable:
@@ -176,6 +212,10 @@ class Pipeline:
             from curator_dask.resumability.client import normalize_checkpoint_url
 
             checkpoint_path = normalize_checkpoint_url(checkpoint_path)
+            input_check = InputCheck(verify_inputs, on_input_change, checkpoint_path,
+                                     checkpoint_storage_options)
+            if not input_check.enabled:
+                input_check = None
         for stage in self.stages:
             prepare = getattr(stage, "prepare_output", None)
             if callable(prepare):
@@ -206,6 +246,10 @@ class Pipeline:
             extra["slurm_array"] = shard.config
         if job is not None:
             extra["on_event"] = job.on_event
+        if ckpt_config.enabled:
+            extra["stage_checkpoints"] = ckpt_config
+        if input_check is not None:
+            extra["input_check"] = input_check
         params = inspect.signature(executor.execute).parameters
         missing = [k for k in extra if k not in params]
         if missing:

@@ -73,15 +73,26 @@ class CompletionClient:
         method = getattr(self.client.scheduler, self.names[op])
         return self.client.sync(method, **kwargs)
 
-    def open_sources(self, sources: list[Task]) -> tuple[list[Task], int]:
-        """Drop completed sources, open the rest; returns ``(to process, skipped count)``."""
+    def completed_ids(self, sources: list[Task]) -> set[str]:
+        """Which of ``sources`` the checkpoint marks complete (sets their ``_source_id``)."""
+        ids = [t.get_source_id() for t in sources]
+        return set(self._call("completed", source_ids=ids))
+
+    def open_sources(self, sources: list[Task], reopen: list[str] | None = None
+                     ) -> tuple[list[Task], int]:
+        """Drop completed sources, open the rest; returns ``(to process, skipped count)``.
+
+        Sources in ``reopen`` are processed again although complete (changed inputs).
+        """
         opened = source_deltas(sources)
-        completed = set(self._call("open_sources", sources=[[t, s] for t, s, _ in opened]))
+        completed = set(self._call("open_sources", sources=[[t, s] for t, s, _ in opened],
+                                   reopen=list(reopen or ())))
         todo = [t for t in sources if t._source_id not in completed]
         skipped = len(sources) - len(todo)
         logger.info(
-            "%d source partitions: %d already complete (skipped), %d to process",
+            "%d source partitions: %d already complete (skipped), %d to process%s",
             len(sources), skipped, len(todo),
+            f" ({len(reopen)} of them again: their inputs changed)" if reopen else "",
         )
         return todo, skipped
 

@@ -182,6 +182,12 @@ class DeltaLog:
             logger.warning(stage.warning)
             self.warnings.append(stage.warning)
 
+    def extend(self, other: DeltaLog) -> None:
+        """Append another log's deltas, failed sources and warnings."""
+        self.deltas.extend(other.deltas)
+        self.failed.update(other.failed)
+        self.warnings.extend(other.warnings)
+
     def __bool__(self) -> bool:
         return bool(self.deltas or self.failed or self.warnings)
 

@@ -38,7 +38,8 @@ _FLUSH = "flush"  # queue marker: commit what has been gathered now
 
 def handler_names(run_id: str) -> dict[str, str]:
     """Scheduler handler names of one run's plugin."""
-    return {op: f"curator_dask_{op}_{run_id}" for op in ("open_sources", "flush", "close")}
+    ops = ("open_sources", "completed", "flush", "close")
+    return {op: f"curator_dask_{op}_{run_id}" for op in ops}
 
 
 class CompletionPlugin(SchedulerPlugin):
@@ -87,6 +88,7 @@ class CompletionPlugin(SchedulerPlugin):
         self._thread.start()
         names = handler_names(self.run_id)
         scheduler.handlers[names["open_sources"]] = self.open_sources
+        scheduler.handlers[names["completed"]] = self.completed_among
         scheduler.handlers[names["flush"]] = self.flush
         scheduler.handlers[names["close"]] = self.close_handler
 
@@ -136,10 +138,18 @@ class CompletionPlugin(SchedulerPlugin):
             asyncio.ensure_future(_shutdown())
 
     # -- counting ---------------------------------------------------------------------------
-    def open_sources(self, comm: Any = None, sources: list | None = None) -> list[str]:
+    def completed_among(self, comm: Any = None, source_ids: list | None = None) -> list[str]:
+        """The ids among ``source_ids`` that the checkpoint marks complete."""
+        return [sid for sid in source_ids or () if self.book.is_completed(sid)]
+
+    def open_sources(self, comm: Any = None, sources: list | None = None,
+                     reopen: list | None = None) -> list[str]:
         """Given ``[(task_id, source_id), ...]``: return the completed source ids and open the
-        others with ``+1``."""
+        others with ``+1``. Sources in ``reopen`` are processed again even if complete (their
+        input changed); they are recorded complete again when they finish."""
         try:
+            for sid in reopen or ():
+                self.book.completed.discard(sid)
             completed = [sid for _, sid in sources or [] if self.book.is_completed(sid)]
             done = set(completed)
             opened = [(str(t), str(s), 1) for t, s in sources or [] if s not in done]

@@ -148,3 +148,50 @@ def test_stop_command_is_cooperative_and_checks_the_process(tmp_path):
     forced = subprocess.run([*base, "stop", "stop-me", "--force", "--timeout", "0.5"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert forced.returncode == 1 and "nothing was signalled" in forced.stderr
+
+
+BLOCKING = textwrap.dedent("""
+    import time
+    from dataclasses import dataclass
+    from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+
+    @dataclass
+    class Stuck(ProcessingStage):
+        name: str = "stuck"
+        def process(self, task):
+            if task.to_pyarrow()["id"][0].as_py() != "0-0":
+                time.sleep(3600)  # only a cancellation through the scheduler ends this run
+            return task
+
+    def build():
+        return (Pipeline(name="stuck").add_stage(JsonlReader(file_paths="input"))
+                .add_stage(Stuck()).add_stage(JsonlWriter(path="output")))
+""")
+
+
+def test_stop_force_cancels_through_the_scheduler_without_signals(tmp_path):
+    import json
+
+    (tmp_path / "pipe.py").write_text(BLOCKING)
+    generate_jsonl(str(tmp_path / "input"), files=3, docs_per_file=1, seed=8)
+    base = [sys.executable, "-m", "curator_dask"]
+    proc = subprocess.Popen([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
+                             "--job-id", "stuck"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    summary_path = tmp_path / "curator-dask-jobs" / "stuck" / "job_summary.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (tmp_path / "output").exists() and list((tmp_path / "output").glob("*.jsonl")):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    summary = json.loads(summary_path.read_text())
+    assert summary["scheduler"].startswith("tcp://127.0.0.1:") and summary["run_key_token"]
+    stop = subprocess.run([*base, "stop", "stuck", "--force", "--timeout", "60"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    assert re.search(r"cancelled [1-9]\d* Dask tasks of the run", stop.stdout)
+    assert "SIGTERM" not in stop.stdout and stop.stdout.strip().endswith("job stuck: stopped")
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    assert json.loads(summary_path.read_text())["state"] == "stopped"

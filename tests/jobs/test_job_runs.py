@@ -50,7 +50,8 @@ def test_job_resume_events_and_summary(executor, tmp_path):
     job_dir = Path(work) / "job-a"
     summary = read_summary(str(job_dir / "job_summary.json"))
     assert summary["state"] == "completed" and summary["resume_command"] == "cmd --resume job-a"
-    assert summary["sources"] == {"total": 4, "skipped": 0, "to_process": 4}
+    assert summary["sources"] == {"total": 4, "skipped": 0, "to_process": 4, "completed": 3,
+                                  "failed": 1, "in_flight": 0}
     # resuming with a changed stage parameter is refused, naming it; nothing is deleted
     with pytest.raises(ResumeMismatchError, match=r"params.bad_ids: \[\"1-0\"\] -> \[\]"):
         make(tmp_path, FailSoftOn()).run(executor=executor, work_dir=work, resume="job-a")
@@ -64,7 +65,11 @@ def test_job_resume_events_and_summary(executor, tmp_path):
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) == seqs[-1]
     types = [e["type"] for e in events]
     assert types[0] == "job_start" and "run_resume" in types
-    assert types.count("source_failed") == 2 and types[-1] == "job_complete"
+    # per attempt: one record for the Dask task that saw the FailedTask, one for the run
+    assert types.count("source_failed") == 4 and types[-1] == "job_complete"
+    per_task = [e for e in events if e["type"] == "stage_complete" and e["scope"] == "task"]
+    assert {e["stage"] for e in per_task} >= {"fail_soft_on", "jsonl_writer"}
+    assert all(e["duration"] >= 0 and e["ended"] for e in per_task)
     assert len({e["run_id"] for e in events}) == 2  # the refused attempt wrote nothing
 
 

@@ -93,3 +93,51 @@ class SendMalformedDeltas(ProcessingStage[DocumentBatch, DocumentBatch]):
         run_id = next(n[len(prefix):] for n in worker.plugins if n.startswith(prefix))
         worker.log_event("curator-dask-deltas", {"run": run_id, "deltas": [["only-one-field"]]})
         return task
+
+
+def record_call(calls_dir: str, stage: str, task) -> None:
+    """One empty file per call: ``<stage>--<source id>--<pid>-<n>`` (counted by the tests)."""
+    import uuid
+
+    os.makedirs(calls_dir, exist_ok=True)
+    name = f"{stage}--{task._source_id or 'none'}--{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    open(os.path.join(calls_dir, name), "w").close()
+
+
+@dataclass
+class Cheap(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Upper-cases ``text``; records each call in ``calls_dir``."""
+
+    calls_dir: str = ""
+    name: str = "cheap"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        record_call(self.calls_dir, self.name, task)
+        t = task.to_pyarrow()
+        import pyarrow.compute as pc
+
+        t = t.set_column(t.schema.get_field_index("text"), "text", pc.utf8_upper(t["text"]))
+        return DocumentBatch(dataset_name=task.dataset_name, data=t, _metadata=task._metadata)
+
+
+@dataclass
+class Expensive(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Adds a ``length`` column; records each call. While ``gate`` names a missing file, it
+    blocks (sleeps) on batches whose first id is not in ``free_ids``: a run to kill mid-stage."""
+
+    calls_dir: str = ""
+    gate: str = ""
+    free_ids: tuple[str, ...] = ()
+    name: str = "expensive"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        import time
+
+        record_call(self.calls_dir, self.name, task)
+        while self.gate and not os.path.exists(self.gate) and first_id(task) not in self.free_ids:
+            time.sleep(0.05)
+        t = task.to_pyarrow()
+        import pyarrow.compute as pc
+
+        t = t.append_column("length", pc.utf8_length(t["text"]))
+        return DocumentBatch(dataset_name=task.dataset_name, data=t, _metadata=task._metadata)

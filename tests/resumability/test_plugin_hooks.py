@@ -125,11 +125,13 @@ class TestLifecycle:
             sched = await start(plugin)
             assert handler_names(RUN) == {
                 "open_sources": "curator_dask_open_sources_run1",
+                "completed": "curator_dask_completed_run1",
                 "flush": "curator_dask_flush_run1",
                 "close": "curator_dask_close_run1",
             }
             assert sched.handlers == {
                 "curator_dask_open_sources_run1": plugin.open_sources,
+                "curator_dask_completed_run1": plugin.completed_among,
                 "curator_dask_flush_run1": plugin.flush,
                 "curator_dask_close_run1": plugin.close_handler,
             }
@@ -264,7 +266,7 @@ class TestMessages:
             sched = FakeScheduler()
             await one.start(sched)
             await two.start(sched)
-            assert len(sched.handlers) == 6
+            assert len(sched.handlers) == 8
             for plugin in (one, two):
                 plugin.open_sources(sources=[["0_a", "a"]])
             for plugin in (one, two):  # distributed calls every plugin's log_event

@@ -50,6 +50,8 @@ class RunResult(list):
             ``first_submit`` and ``end``.
         wall_time: seconds from the start of ``execute`` to its end.
         dashboard_link: the Dask dashboard URL, when there was one.
+        stage_checkpoints: with stage checkpoints, entries saved and loaded per stage and the
+            number of fallbacks (unusable entries).
     """
 
     stage_counts: list[tuple[str, StageCount]]
@@ -59,6 +61,7 @@ class RunResult(list):
     timings: dict[str, float]
     wall_time: float = 0.0
     dashboard_link: str | None = None
+    stage_checkpoints: dict[str, Any] | None = None
 
     def counts_table(self) -> list[dict[str, Any]]:
         """One dict per stage, ready for ``pandas.DataFrame``."""
@@ -82,6 +85,155 @@ class RunResult(list):
             caption += f' &middot; <a href="{escape(self.dashboard_link)}">dashboard</a>'
         return (f"<table><caption>{caption}</caption><thead><tr>{head}</tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+class LiveProgress:
+    """What a running ``execute`` has done so far; a job's summary heartbeat reads it.
+
+    Example:
+        >>> live = LiveProgress([], "run1")
+        >>> live.planned(10, 2, 8)
+        >>> live.snapshot()["sources"]["to_process"]
+        8
+    """
+
+    def __init__(self, stages: Sequence[Any], run_id: str) -> None:
+        self.stage_names = [s.name for s in stages]
+        self.run_id = run_id
+        self.scheduler: str | None = None
+        self.dashboard: str | None = None
+        self.counts: dict[int, StageCount] = {}
+        self.sources = {"total": 0, "skipped": 0, "to_process": 0, "completed": 0,
+                        "failed": 0, "in_flight": 0}
+        self.finished_ids: list[str] = []
+        self.first_submit: float | None = None
+        self._lock = threading.Lock()
+
+    def planned(self, total: int, skipped: int, to_process: int) -> None:
+        self.sources.update(total=total, skipped=skipped, to_process=to_process)
+
+    def chunk_done(self, ids: list[str], failed: set[str], counts: dict[int, StageCount]) -> None:
+        with self._lock:
+            self.finished_ids.extend(ids)
+            n_failed = sum(1 for sid in ids if sid in failed)
+            self.sources["failed"] += n_failed
+            self.sources["completed"] += len(ids) - n_failed
+            for i, c in counts.items():
+                self.counts.setdefault(i, StageCount()).merge(c)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "run_key_token": self.run_id[:8],
+                "scheduler": self.scheduler,
+                "dashboard": self.dashboard,
+                "sources": dict(self.sources),
+                "processing_started": self.first_submit,
+                "stages": [{"stage": self.stage_names[i], **asdict(c)}
+                           for i, c in sorted(self.counts.items())],
+            }
+
+
+class _EventStream:
+    """Events of one run, bounded in volume at any number of sources.
+
+    The first ``detail_limit`` records describe each Dask task (``scope: "task"``: its stages'
+    durations and rows, its sources); after that, one record per stage per ``window`` seconds
+    (``scope: "window"``) carries the same sums.
+    """
+
+    def __init__(self, on_event: Any, stages: Sequence[Any], *, detail_limit: int = 20_000,
+                 window: float = 10.0) -> None:
+        self.on_event = on_event
+        self.names = [s.name for s in stages]
+        self.detail_limit = detail_limit
+        self.window = window
+        self.records = 0
+        self._window: dict[int, StageCount] = {}
+        self._window_sources = [0, 0]  # completed, failed
+        self._window_start = time.time()
+        self.saved: dict[int, list] = {}
+        self.loaded: dict[int, int] = {}
+        self.notes: list[str] = []
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(type_, **fields)
+            self.records += 1
+
+    def chunk_done(self, ids: list[str], result: Any) -> None:
+        for stage, (n, size, secs) in result.saved.items():
+            rec = self.saved.setdefault(stage, [0, 0, 0.0])
+            rec[0] += n
+            rec[1] += size
+            rec[2] += secs
+        for stage, n in result.loaded.items():
+            self.loaded[stage] = self.loaded.get(stage, 0) + n
+        for note in result.notes:
+            if len(self.notes) < 100:
+                self.emit("warning", message=note)
+            self.notes.append(note)
+        if self.on_event is None:
+            return
+        failed = [sid for sid in ids if sid in result.failed]
+        done = len(ids) - len(failed)
+        if self.records < self.detail_limit:
+            task_id = ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else "")
+            for i, c in sorted(result.counts.items()):
+                self.emit("stage_complete", scope="task", stage=self.names[i], index=i,
+                          task_id=task_id, sources=len(ids), duration=round(c.seconds, 6),
+                          rows_in=c.items_in, rows_out=c.items_out, tasks_in=c.tasks_in,
+                          tasks_out=c.tasks_out, ended=result.ended.get(i))
+            if done:
+                self.emit("source_complete", scope="task", count=done, task_id=task_id,
+                          source_ids=[sid for sid in ids if sid not in result.failed][:20])
+            if failed:
+                self.emit("source_failed", scope="task", count=len(failed), source_ids=failed)
+            return
+        for i, c in result.counts.items():
+            self._window.setdefault(i, StageCount()).merge(c)
+        self._window_sources[0] += done
+        self._window_sources[1] += len(failed)
+        if time.time() - self._window_start >= self.window:
+            self.flush_window()
+
+    def flush_window(self) -> None:
+        now = time.time()
+        for i, c in sorted(self._window.items()):
+            self.emit("stage_complete", scope="window", stage=self.names[i], index=i,
+                      window_start=self._window_start, ended=now, tasks=c.calls,
+                      duration=round(c.seconds, 6), rows_in=c.items_in, rows_out=c.items_out,
+                      tasks_in=c.tasks_in, tasks_out=c.tasks_out)
+        done, failed = self._window_sources
+        if done:
+            self.emit("source_complete", scope="window", count=done)
+        if failed:
+            self.emit("source_failed", scope="window", count=failed)
+        self._window.clear()
+        self._window_sources = [0, 0]
+        self._window_start = now
+
+    def checkpoint_totals(self, planner: Any) -> None:
+        for stage, (n, size, secs) in sorted(self.saved.items()):
+            self.emit("checkpoint_save", stage=self.names[stage], index=stage, count=n,
+                      bytes=size, seconds=round(secs, 3))
+        for stage, n in sorted(self.loaded.items()):
+            self.emit("checkpoint_load", stage=self.names[stage], index=stage, count=n)
+        if len(self.notes) > 100:
+            self.emit("warning", message=f"{len(self.notes) - 100} more stage checkpoint "
+                      "warnings (see the driver log)")
+
+    def close(self) -> None:
+        if self._window:
+            self.flush_window()
+
+    def checkpoint_summary(self) -> dict[str, Any]:
+        return {
+            "saved": {self.names[i]: {"count": n, "bytes": b, "seconds": round(t, 3)}
+                      for i, (n, b, t) in sorted(self.saved.items())},
+            "loaded": {self.names[i]: n for i, n in sorted(self.loaded.items())},
+            "fallbacks": len(self.notes),
+        }
 
 
 class ChunkSizer:
@@ -224,6 +376,8 @@ class DaskExecutor(BaseExecutor):
         self._stop = threading.Event()
         self._stop_requested = False
         self._stop_reason = "stop requested"
+        self.performance_report: str | None = None  # a path: save Dask's report of each run
+        self.live: LiveProgress | None = None
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop starting sources; running ones get ``execution.drain-timeout`` seconds to finish.
@@ -311,29 +465,48 @@ class DaskExecutor(BaseExecutor):
         checkpoint_storage_options: dict | None = None,
         slurm_array: Any = None,
         on_event: Any = None,
+        stage_checkpoints: Any = None,
+        input_check: Any = None,
     ) -> RunResult:
         """Run built ``stages`` and return the sink's outputs as a :class:`RunResult`.
 
         With ``checkpoint_path`` (already validated by ``Pipeline.run``), sources completed
         earlier are skipped and completions are recorded (see :mod:`curator_dask.resumability`).
+        ``stage_checkpoints`` (a strategy name, dict or ``StageCheckpoints``) memoizes chosen
+        stage boundaries under the checkpoint; ``input_check`` (an ``InputCheck``) reprocesses
+        or refuses completed sources whose input files changed.
         """
+        from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
         started = time.perf_counter()
         timings: dict[str, float] = {}
 
         def mark(name: str) -> None:
             timings[name] = time.perf_counter() - started
 
-        plan = build_plan(stages, fuse=self.fuse)
+        ckpt_config = StageCheckpoints.coerce(stage_checkpoints)
+        if ckpt_config.enabled and checkpoint_path is None:
+            msg = (f"stage checkpoints ({ckpt_config.strategy}) need checkpoint_path: they are "
+                   "stored under it and only used for sources the checkpoint has not completed")
+            raise ValueError(msg)
+        plan = build_plan(stages, fuse=self.fuse, boundaries=ckpt_config.boundaries(stages))
+        self.last_plan = plan
         run_id = uuid.uuid4().hex[:12]
+        self.live = LiveProgress(stages, run_id)
         # A stop requested from here on (even during cluster start) applies to this run.
         self._stop.clear()
         self._stop_requested = False
         counts: dict[int, StageCount] = {i: StageCount() for i in range(len(stages))}
         client = self.start()
         mark("cluster")
+        self.live.scheduler = getattr(getattr(client, "scheduler", None), "address", None)
+        self.live.dashboard = getattr(client, "dashboard_link", None)
         completion = None
+        planner = None
         summary: dict[str, Any] | None = None
         skipped = 0
+        events = _EventStream(on_event, stages)
+        run_completed = False
         try:
             self._check_resources(client, stages, plan)
             if checkpoint_path is not None:
@@ -353,26 +526,51 @@ class DaskExecutor(BaseExecutor):
                 source_stage = stages[plan.head[-1]]
                 sources = filter_slurm_array_source_tasks(sources, slurm_array, source_stage.name)
             todo = sources
+            changed: list[str] = []
             if completion is not None:
-                todo, skipped = completion.open_sources(sources)
+                if input_check is not None:
+                    changed = input_check.changed_sources(sources,
+                                                          completion.completed_ids(sources))
+                todo, skipped = completion.open_sources(sources, reopen=changed)
                 mark("sources_opened")
-            if on_event is not None:
-                on_event("sources_planned", total=len(sources), skipped=skipped,
-                         to_process=len(todo))
+            if ckpt_config.enabled and plan.boundaries:
+                from curator_dask.resumability.stage_checkpoints import CheckpointPlanner
+
+                planner = CheckpointPlanner(ckpt_config, stages, plan, checkpoint_path,
+                                            checkpoint_storage_options)
+                todo_ids = {t._source_id for t in todo}
+                planner.prepare(t._source_id for t in sources
+                                if t._source_id not in todo_ids)
+            self.live.planned(len(sources), skipped, len(todo))
+            events.emit("sources_planned", total=len(sources), skipped=skipped,
+                        to_process=len(todo), **({"reprocessed_changed_inputs": len(changed)}
+                                                 if changed else {}))
             if plan.groups and todo:
                 outputs = self._stream(client, run_id, stages, plan, todo, counts,
-                                       counting=completion is not None,
+                                       counting=completion is not None, planner=planner,
+                                       events=events,
                                        on_first_submit=lambda: mark("first_submit"))
             else:
                 outputs = todo
             if completion is not None:
                 summary = completion.close()
+            run_completed = True
         finally:
+            if planner is not None:
+                planner.close(run_completed=run_completed)
+                events.checkpoint_totals(planner)
             if completion is not None and summary is None:
                 try:
                     summary = completion.close()
                 except Exception as exc:  # noqa: BLE001 (do not hide the run's own error)
                     logger.error("resumability: could not flush the checkpoint: %s", exc)
+            if input_check is not None and summary is not None:
+                # Also after a stop or a failure: sources that completed are recorded.
+                try:
+                    input_check.record(self.live.finished_ids,
+                                       set(summary.get("failed_sources") or ()))
+                except Exception as exc:  # noqa: BLE001 (their next run reprocesses them)
+                    logger.error("verify_inputs: could not record input fingerprints: %s", exc)
             if not self._entered:
                 self.close()
         if summary and summary.get("errors"):
@@ -382,18 +580,20 @@ class DaskExecutor(BaseExecutor):
             raise CheckpointError(msg)
         result = RunResult(outputs)
         result.stage_counts = [(s.name, counts[i]) for i, s in enumerate(stages)]
-        if on_event is not None:
-            # One aggregated record per stage keeps the log small at any number of sources.
-            for i, s in enumerate(stages):
-                on_event("stage_complete", stage=s.name, index=i, **asdict(counts[i]))
-            failed = (summary or {}).get("failed_sources") or []
-            if failed:
-                on_event("source_failed", count=len(failed), source_ids=failed[:100])
-            for text in (summary or {}).get("warnings", {}):
-                on_event("warning", message=text)
+        events.close()
+        # One aggregated record per stage for the whole run, whatever the number of sources.
+        for i, s in enumerate(stages):
+            events.emit("stage_complete", scope="run", stage=s.name, index=i,
+                        **asdict(counts[i]))
+        failed = (summary or {}).get("failed_sources") or []
+        if failed:
+            events.emit("source_failed", count=len(failed), source_ids=failed[:100])
+        for text in (summary or {}).get("warnings", {}):
+            events.emit("warning", message=text)
         result.num_sources = len(sources)
         result.skipped_sources = skipped
         result.checkpoint = summary
+        result.stage_checkpoints = events.checkpoint_summary() if planner is not None else None
         result.wall_time = time.perf_counter() - started
         mark("end")
         result.timings = timings
@@ -460,22 +660,26 @@ class DaskExecutor(BaseExecutor):
         counts: dict[int, StageCount],
         *,
         counting: bool = False,
+        planner: Any = None,
+        events: _EventStream | None = None,
         on_first_submit: Any = None,
     ) -> list[Task]:
         from distributed import as_completed
-        from tqdm.auto import tqdm
 
         from curator_dask.backends.dask.worker import GroupResult, StageHost, run_group
 
-        host = StageHost(run_id, list(stages), counting=counting)
+        host = StageHost(run_id, list(stages), counting=counting,
+                         checkpoints=planner.runtime if planner is not None else None)
         started = time.perf_counter()
         client.register_plugin(host, name=host.name)
         logger.debug("stages sent to workers in %.3f s", time.perf_counter() - started)
-        workers = client.scheduler_info(n_workers=-1)["workers"].values()
-        threads = sum(w["nthreads"] for w in workers)
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        threads = sum(w["nthreads"] for w in workers.values())
         window = self.max_in_flight or max(1, 2 * threads)
-        show = _interactive() if self.progress is None else bool(self.progress)
-        bar = tqdm(total=len(sources), unit="source", desc="sources", disable=not show)
+        bars = _StageBars(stages, plan, len(sources), self.progress,
+                          getattr(client, "dashboard_link", None)
+                          if self._dashboard_available() else None)
+        live = self.live
         outputs: list[Task] = []
         in_flight: dict = {}
         pending = iter(sources)
@@ -497,7 +701,22 @@ class DaskExecutor(BaseExecutor):
             if in_flight and not stopped.is_set():
                 client.cancel(list(in_flight), force=True)
 
+        def watch_workers() -> None:
+            # worker_lost events: the scheduler's worker set, compared every 2 s.
+            known = set(workers)
+            while not stopped.wait(2.0):
+                try:
+                    now = set(client.scheduler_info(n_workers=-1)["workers"])
+                except Exception:  # noqa: BLE001 (the run itself reports a lost scheduler)
+                    return
+                for address in sorted(known - now):
+                    logger.warning("worker %s left the cluster", address)
+                    if events is not None:
+                        events.emit("worker_lost", worker=address, remaining=len(now))
+                known = now
+
         threading.Thread(target=drain, name="curator-dask-drain", daemon=True).start()
+        threading.Thread(target=watch_workers, name="curator-dask-workers", daemon=True).start()
 
         def submit_next() -> None:
             nonlocal remaining
@@ -509,37 +728,59 @@ class DaskExecutor(BaseExecutor):
             remaining -= len(chunk)
             previous: Any = GroupResult(batches=[[task] for task in chunk])
             suffix = chunk[0].task_id + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")
+            resume = None
+            if planner is not None:
+                resume = {t._source_id: c for t in chunk
+                          if (c := planner.candidates(t._source_id))} or None
             for group in plan.groups:
                 previous = client.submit(
-                    run_group, host.name, group.stage_indices, previous,
+                    run_group, host.name, group.index, group.stage_indices, previous,
+                    resume if group.index == 0 else None,
                     key=f"{group.label}-{run_id[:8]}-{suffix}",
                     resources=group.resource_dict or None, pure=False,
                 )
-            in_flight[previous] = len(chunk)
+                if group is not plan.groups[-1]:
+                    bars.watch(previous, group, len(chunk))
+            in_flight[previous] = [t._source_id or t.task_id for t in chunk]
+            live.sources["in_flight"] = sum(len(v) for v in in_flight.values())
             done.add(previous)
 
+        report = _performance_report(client, self.performance_report)
         try:
+            report.__enter__()
             if on_first_submit is not None and not self._stop.is_set():
                 on_first_submit()
+            live.first_submit = time.time()
             for _ in range(window):
                 submit_next()
             for future, result in _completed(done):
-                n_sources = in_flight.pop(future)
+                ids = in_flight.pop(future)
                 future.release()
+                if not isinstance(result, GroupResult):  # cancelled (drain, stop --force)
+                    if not self._stop.is_set():
+                        self.request_stop("its Dask tasks were cancelled on the scheduler")
+                    continue
                 outputs.extend(result.tasks())
                 for i, c in result.counts.items():
                     counts[i].merge(c)
-                sizer.observe(n_sources, result.seconds)
-                bar.update(n_sources)
-                finished += n_sources
+                sizer.observe(len(ids), result.seconds)
+                bars.advance(plan.groups[-1], len(ids))
+                finished += len(ids)
+                live.chunk_done(ids, result.failed, result.counts)
+                if events is not None:
+                    events.chunk_done(ids, result)
+                if planner is not None:
+                    planner.sources_finished(ids, result.failed)
                 submit_next()
+                live.sources["in_flight"] = sum(len(v) for v in in_flight.values())
         except BaseException:
             client.cancel(list(in_flight), force=True)
             raise
         finally:
             stopped.set()
             self._stop.set()  # releases the drain thread
-            bar.close()
+            bars.close()
+            report.__exit__(None, None, None)
             try:
                 client.unregister_worker_plugin(host.name)
             except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
@@ -549,3 +790,77 @@ class DaskExecutor(BaseExecutor):
                    "the rest stay pending")
             raise RunStopped(msg)
         return outputs
+
+
+class _StageBars:
+    """One progress bar per stage after the source (tqdm.auto: widgets in Jupyter).
+
+    Stages fused into one Dask task advance together; a bar counts the sources that passed it.
+    """
+
+    def __init__(self, stages: Sequence[Any], plan: ExecutionPlan, total: int,
+                 progress: bool | None, dashboard: str | None) -> None:
+        from tqdm.auto import tqdm
+
+        show = _interactive() if progress is None else bool(progress)
+        self._lock = threading.Lock()
+        self.bars: dict[int, Any] = {}
+        if show and dashboard:
+            tqdm.write(f"Dask dashboard: {dashboard}")
+        width = max((len(stages[i].name) for g in plan.groups for i in g.stage_indices),
+                    default=8)
+        position = 0
+        for group in plan.groups:
+            for i in group.stage_indices:
+                self.bars[i] = tqdm(total=total, unit="source", desc=stages[i].name.ljust(width),
+                                    disable=not show, position=position, leave=True)
+                position += 1
+
+    def advance(self, group: Any, n: int) -> None:
+        with self._lock:
+            for i in group.stage_indices:
+                self.bars[i].update(n)
+
+    def watch(self, future: Any, group: Any, n: int) -> None:
+        def done(f: Any) -> None:
+            if f.status == "finished":
+                self.advance(group, n)
+
+        future.add_done_callback(done)
+
+    def close(self) -> None:
+        with self._lock:
+            for bar in self.bars.values():
+                bar.close()
+
+
+class _performance_report:
+    """``distributed.performance_report`` for one run; a failure to save only logs a warning."""
+
+    def __init__(self, client: Any, path: str | None) -> None:
+        self.client, self.path, self._cm = client, path, None
+
+    def __enter__(self) -> None:
+        if not self.path:
+            return
+        try:
+            from distributed import performance_report
+
+            self._current = self.client.as_current()
+            self._current.__enter__()
+            self._cm = performance_report(filename=self.path)
+            self._cm.__enter__()
+        except Exception as exc:  # noqa: BLE001 (bokeh missing, or an old distributed)
+            logger.warning("no Dask performance report for this run: %s", exc)
+            self._cm = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cm is None:
+            return
+        try:
+            self._cm.__exit__(None, None, None)
+            logger.info("Dask performance report: %s", self.path)
+        except Exception as error:  # noqa: BLE001 (the report must not fail the run)
+            logger.warning("could not save the Dask performance report: %s", error)
+        finally:
+            self._current.__exit__(None, None, None)

@@ -53,6 +53,7 @@ class ExecutionPlan:
     head: tuple[int, ...]
     groups: tuple[FusionGroup, ...]
     fuse: bool
+    boundaries: tuple[int, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -62,13 +63,20 @@ def _resource_key(stage: ProcessingStage) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(stage.resources.dask_resources().items()))
 
 
-def build_plan(stages: Sequence[ProcessingStage], *, fuse: bool) -> ExecutionPlan:
-    """Split built ``stages`` into the driver head and fusion groups."""
+def build_plan(
+    stages: Sequence[ProcessingStage], *, fuse: bool, boundaries: Sequence[int] = ()
+) -> ExecutionPlan:
+    """Split built ``stages`` into the driver head and fusion groups.
+
+    A stage index in ``boundaries`` (a stage checkpoint) ends its fusion group.
+    """
     source = next((i for i, s in enumerate(stages) if s.is_source_stage), 0)
     head = tuple(range(source + 1))
+    ends = set(boundaries)
     groups: list[list[int]] = []
     for i in range(source + 1, len(stages)):
-        if fuse and groups and _resource_key(stages[groups[-1][-1]]) == _resource_key(stages[i]):
+        if (fuse and groups and groups[-1][-1] not in ends
+                and _resource_key(stages[groups[-1][-1]]) == _resource_key(stages[i])):
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -85,4 +93,31 @@ def build_plan(stages: Sequence[ProcessingStage], *, fuse: bool) -> ExecutionPla
             for n, g in enumerate(groups)
         ),
         fuse=fuse,
+        boundaries=tuple(sorted(ends)),
     )
+
+
+def plan_document(
+    stages: Sequence[ProcessingStage], plan: ExecutionPlan, stage_checkpoints: dict | None = None
+) -> dict:
+    """``dag_execution_plan.json``: stages with roles, resources and batch sizes, the fusion
+    groups, and the stage checkpoint strategy with its boundaries."""
+    role = {i: "head" for i in plan.head}
+    for g in plan.groups:
+        role.update(dict.fromkeys(g.stage_indices, f"group {g.index}"))
+    return {
+        "stages": [
+            {"index": i, "name": s.name, "class": f"{type(s).__module__}.{type(s).__qualname__}",
+             "source": bool(s.is_source_stage), "sink": bool(s.is_sink_stage),
+             "runs_in": role.get(i), "batch_size": s.batch_size,
+             "resources": s.resources.dask_resources(), "checkpoint_after": i in plan.boundaries}
+            for i, s in enumerate(stages)
+        ],
+        "head": list(plan.head),
+        "fusion_groups": [{"index": g.index, "stages": list(g.stage_names),
+                           "stage_indices": list(g.stage_indices), "key_prefix": g.label,
+                           "resources": g.resource_dict} for g in plan.groups],
+        "fuse": plan.fuse,
+        "stage_checkpoints": {**(stage_checkpoints or {"strategy": "disabled"}),
+                              "boundaries": [stages[i].name for i in plan.boundaries]},
+    }

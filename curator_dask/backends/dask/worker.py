@@ -29,6 +29,11 @@ from distributed import WorkerPlugin, get_worker
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
 from curator_dask.resumability.counters import DeltaLog
 from curator_dask.resumability.plugin import TOPIC
+from curator_dask.resumability.stage_checkpoints import (
+    CheckpointRuntime,
+    CheckpointUnusable,
+    source_input_digest,
+)
 from curator_dask.stages.base import NodeInfo, ProcessingStage, WorkerMetadata
 from curator_dask.tasks import Task
 
@@ -37,14 +42,28 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GroupResult:
-    """What a fusion group hands to the next one: tasks grouped by producing call, and counts."""
+    """What a fusion group hands to the next one: tasks grouped by producing call, and counts.
+
+    With stage checkpoints it also carries, per source, the completion deltas emitted so far
+    (``history``, stored with each checkpoint) and the input digest (``inputs``); ``parked``
+    holds batches restored from a checkpoint, with the index of the group that takes them next.
+    """
 
     batches: list[list[Task]]
     counts: dict[int, StageCount] = field(default_factory=dict)
     seconds: float = 0.0
+    parked: list[tuple[int, list[list[Task]]]] = field(default_factory=list)
+    history: dict[str, list] = field(default_factory=dict)
+    inputs: dict[str, str | None] = field(default_factory=dict)
+    saved: dict[int, list] = field(default_factory=dict)  # stage -> [entries, bytes, seconds]
+    loaded: dict[int, int] = field(default_factory=dict)  # stage -> entries
+    notes: list[str] = field(default_factory=list)  # checkpoint fallbacks and save failures
+    failed: set[str] = field(default_factory=set)  # sources that saw a FailedTask
+    ended: dict[int, float] = field(default_factory=dict)  # stage -> wall clock at group end
 
     def tasks(self) -> list[Task]:
-        return [t for group in self.batches for t in group]
+        parked = [t for _, batches in self.parked for group in batches for t in group]
+        return [t for group in self.batches for t in group] + parked
 
 
 def node_dir(run_id: str) -> str:
@@ -82,7 +101,8 @@ def setup_node_once(run_id: str, stages: list[ProcessingStage], worker_id: str) 
 class StageHost(WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
 
-    def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False):
+    def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False,
+                 checkpoints: CheckpointRuntime | None = None):
         import cloudpickle
 
         self.run_id = run_id
@@ -91,6 +111,7 @@ class StageHost(WorkerPlugin):
         # that cannot import them (distributed would pickle a plugin by reference).
         self._stages_payload = cloudpickle.dumps(stages)
         self.counting = counting
+        self.checkpoints = checkpoints
         self.name = plugin_name(run_id)
 
     def setup(self, worker: Any = None) -> None:
@@ -122,25 +143,129 @@ class StageHost(WorkerPlugin):
                 found = self._adapters[index] = StageAdapter(self.stages[index])
             return found
 
-    def run_group(self, stage_indices: tuple[int, ...], previous: GroupResult) -> GroupResult:
+    def run_group(
+        self,
+        group_index: int,
+        stage_indices: tuple[int, ...],
+        previous: GroupResult,
+        resume: dict[str, list] | None = None,
+    ) -> GroupResult:
         started = time.perf_counter()
         adapters = [self.adapter(i) for i in stage_indices]
         deltas = DeltaLog() if self.counting else None
-        batches, stage_counts = run_stages(adapters, previous.batches, deltas)
+        out = GroupResult(
+            batches=[], counts=dict(previous.counts), seconds=previous.seconds,
+            history=dict(previous.history), inputs=dict(previous.inputs),
+            saved={k: list(v) for k, v in previous.saved.items()}, loaded=dict(previous.loaded),
+            notes=list(previous.notes), failed=set(previous.failed), ended=dict(previous.ended),
+        )
+        active = list(previous.batches)
+        ck = self.checkpoints
+        if ck is not None and group_index == 0:
+            for batch in active:
+                for task in batch:
+                    out.inputs[task._source_id] = source_input_digest(task)
+            if resume:
+                active = self._restore(active, resume, deltas, out)
+        for next_group, batches in previous.parked:
+            if next_group == group_index:
+                active.extend(batches)
+            else:
+                out.parked.append((next_group, batches))
+        if ck is None:
+            out.batches, stage_counts = run_stages(adapters, active, deltas)
+            if deltas is not None:
+                out.failed.update(deltas.failed)
+        else:
+            out.batches, stage_counts = self._run_per_source(group_index, adapters, active,
+                                                             deltas, out)
         if deltas:
             # Sent before this task's result: the scheduler sees a parent's deltas first.
             get_worker().log_event(TOPIC, deltas.message(self.run_id))
-        counts = dict(previous.counts)
-        counts.update(zip(stage_indices, stage_counts, strict=True))
-        seconds = previous.seconds + time.perf_counter() - started
-        return GroupResult(batches=batches, counts=counts, seconds=seconds)
+        out.counts.update(zip(stage_indices, stage_counts, strict=True))
+        now = time.time()
+        out.ended.update(dict.fromkeys(stage_indices, now))
+        out.seconds += time.perf_counter() - started
+        return out
+
+    def _restore(self, active: list[list[Task]], resume: dict[str, list],
+                 deltas: DeltaLog | None, out: GroupResult) -> list[list[Task]]:
+        """Replace sources that have a usable checkpoint by its contents (deepest first)."""
+        ck = self.checkpoints
+        keep = []
+        for batch in active:
+            sid = batch[0]._source_id if batch else ""
+            for group, stage, fingerprint, name in sorted(resume.get(sid, ()), reverse=True):
+                try:
+                    batches, saved = ck.store.load(name, fingerprint, out.inputs.get(sid))
+                except CheckpointUnusable as exc:
+                    note = (f"stage checkpoint after {self.stages[stage].name!r} for source "
+                            f"{sid} is unusable ({exc}); falling back to an earlier boundary "
+                            "or the source")
+                    logger.warning(note)
+                    out.notes.append(note)
+                    continue
+                out.parked.append((group + 1, batches))
+                if deltas is not None:
+                    deltas.deltas.extend(saved)
+                out.history[sid] = list(saved)
+                out.loaded[stage] = out.loaded.get(stage, 0) + 1
+                break
+            else:
+                keep.append(batch)
+        return keep
+
+    def _run_per_source(self, group_index: int, adapters: list[StageAdapter],
+                        active: list[list[Task]], deltas: DeltaLog | None,
+                        out: GroupResult) -> tuple[list[list[Task]], list[StageCount]]:
+        """Run the group source by source, keeping each source's deltas; save at a boundary."""
+        ck = self.checkpoints
+        by_source: dict[str, list[list[Task]]] = {}
+        for batch in active:
+            by_source.setdefault(batch[0]._source_id if batch else "", []).append(batch)
+        boundary = ck.boundary(group_index)
+        produced: list[list[Task]] = []
+        totals = [StageCount() for _ in adapters]
+        for sid, batches in by_source.items():
+            log = DeltaLog()
+            result, counts = run_stages(adapters, batches, log)
+            for total, c in zip(totals, counts, strict=True):
+                total.merge(c)
+            produced.extend(result)
+            if deltas is not None:
+                deltas.extend(log)
+            out.failed.update(log.failed)
+            out.history[sid] = history = [*out.history.get(sid, ()), *log.deltas]
+            if boundary is None or sid in out.failed or not sid:
+                continue  # a source that lost a FailedTask must not be checkpointed partially
+            stage, fingerprint, stage_name = boundary
+            t0 = time.perf_counter()
+            try:
+                _, size = ck.store.save(sid, stage, fingerprint, stage_name, result, history,
+                                        out.inputs.get(sid))
+            except Exception as exc:  # noqa: BLE001 (a checkpoint is an optimization)
+                note = f"could not save the stage checkpoint after {stage_name!r} for {sid}: {exc}"
+                logger.warning(note)
+                out.notes.append(note)
+                continue
+            record = out.saved.setdefault(stage, [0, 0, 0.0])
+            record[0] += 1
+            record[1] += size
+            record[2] += time.perf_counter() - t0
+        return produced, totals
 
 
 def plugin_name(run_id: str) -> str:
     return f"curator-dask-stages-{run_id}"
 
 
-def run_group(name: str, stage_indices: tuple[int, ...], previous: GroupResult) -> GroupResult:
+def run_group(
+    name: str,
+    group_index: int,
+    stage_indices: tuple[int, ...],
+    previous: GroupResult,
+    resume: dict[str, list] | None = None,
+) -> GroupResult:
     """The Dask task of one fusion group: find this run's ``StageHost`` and run the group."""
     host: StageHost = get_worker().plugins[name]
-    return host.run_group(stage_indices, previous)
+    return host.run_group(group_index, stage_indices, previous, resume)

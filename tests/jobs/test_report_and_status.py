@@ -1,0 +1,103 @@
+"""`report JOB`, `status JOB` (rich table, --json with rates) and the run's checkpoint options."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
+from curator_dask.cli.common import UsageError
+from curator_dask.cli.main import build_parser, checkpoint_kwargs
+from curator_dask.jobs.report import duration_stats, throughput_series
+from curator_dask.jobs.view import rates
+from curator_dask.sample_data import generate_jsonl
+
+CLI = [sys.executable, "-m", "curator_dask"]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    generate_jsonl(str(root / "in"), files=6, docs_per_file=5, seed=21)
+    p = Pipeline(name="rep").add_stage(JsonlReader(file_paths=str(root / "in")))
+    p.add_stage(JsonlWriter(path=str(root / "out")))
+    with DaskExecutor(n_workers=1, progress=False, max_sources_per_task=1) as ex:
+        p.run(executor=ex, work_dir=str(root / "jobs"), job_id="rep", command="cmd")
+    return root
+
+
+@pytest.mark.slow
+def test_report_is_self_contained_with_plots_and_dask_report(job):
+    out = subprocess.run([*CLI, "report", "rep", "--work-dir", str(job / "jobs")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    path = Path(out.stdout.strip())
+    assert path == job / "jobs" / "rep" / "report.html"
+    html = path.read_text()
+    assert "Rows per second by stage" in html and "Task durations" in html
+    assert not re.search(r"<script[^>]+src=", html)  # bokeh's JavaScript is inlined
+    assert "jsonl_writer" in html
+    assert (job / "jobs" / "rep" / "dask-performance-report.html").is_file()
+    assert 'href="dask-performance-report.html"' in html
+    missing = subprocess.run([*CLI, "report", "nope", "--work-dir", str(job / "jobs")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "no job 'nope'" in missing.stderr
+
+
+@pytest.mark.slow
+def test_status_table_and_json(job):
+    table = subprocess.run([*CLI, "status", "rep", "--work-dir", str(job / "jobs")],
+                           capture_output=True, text=True)
+    assert table.returncode == 0, table.stderr
+    assert "completed" in table.stdout and "jsonl_writer" in table.stdout
+    assert "6/6 done" in table.stdout
+    data = json.loads(subprocess.run([*CLI, "status", "rep", "--json", "--work-dir",
+                                      str(job / "jobs")], capture_output=True, text=True).stdout)
+    assert data["sources"]["completed"] == 6 and data["rates"]["remaining"] == 0
+    assert data["rates"]["sources_per_s"] > 0
+
+
+def test_series_and_stats_from_records():
+    events = [{"type": "stage_complete", "scope": "task", "stage": "a", "ended": 100.0 + i,
+               "rows_in": 10, "duration": 0.1 * (i + 1)} for i in range(10)]
+    events.append({"type": "stage_complete", "scope": "run", "stage": "a", "rows_in": 100})
+    series = throughput_series(events, buckets=5)
+    assert sum(v for _, v in series["a"]) * 1.8 == pytest.approx(100)  # 5 buckets of 1.8 s
+    stats = duration_stats(events)["a"]
+    assert stats["tasks"] == 10 and stats["max"] == pytest.approx(1.0)
+    assert stats["median"] == pytest.approx(0.55)
+
+
+def test_rates_and_eta():
+    summary = {"state": "running", "processing_started": 0.0,
+               "sources": {"to_process": 100, "completed": 25, "failed": 5}}
+    assert rates(summary, now=50.0) == {"elapsed": 50.0, "sources_per_s": 0.5,
+                                        "remaining": 70, "eta_s": 140.0}
+    assert rates({"sources": {}}, now=1.0)["eta_s"] is None
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(["run", "p.yaml", *argv])
+
+
+def test_checkpoint_options():
+    assert checkpoint_kwargs(parse())["verify_inputs"] is None
+    sc = checkpoint_kwargs(parse("--checkpoint-every", "2"))["stage_checkpoints"]
+    assert (sc.strategy, sc.n) == ("every_n_stages", 2)
+    sc = checkpoint_kwargs(parse("--checkpoint-stages", "a, b",
+                                 "--checkpoint-retention", "keep_all"))["stage_checkpoints"]
+    assert (sc.strategy, sc.stages, sc.retention) == ("manual", ("a", "b"), "keep_all")
+    sc = checkpoint_kwargs(parse("--stage-checkpoints", "every_stage",
+                                 "--checkpoint-format", "parquet"))["stage_checkpoints"]
+    assert (sc.strategy, sc.format) == ("every_stage", "parquet")
+    with pytest.raises(UsageError, match="--checkpoint-every goes with every_n_stages"):
+        checkpoint_kwargs(parse("--stage-checkpoints", "manual", "--checkpoint-every", "2"))
+    with pytest.raises(UsageError, match="the manual strategy needs stages"):
+        checkpoint_kwargs(parse("--stage-checkpoints", "manual"))
+    kw = checkpoint_kwargs(parse("--verify-inputs", "content", "--on-input-change", "error"))
+    assert kw == {"verify_inputs": "content", "on_input_change": "error"}
