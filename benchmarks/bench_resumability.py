@@ -6,6 +6,7 @@ Run from the repository root; each case appends a row to benchmarks/RESULTS.md
     python benchmarks/bench_resumability.py overhead         # throughput pipeline, ckpt on/off
     python benchmarks/bench_resumability.py resume-startup   # 1,000,000 ids in 100 writer files
     python benchmarks/bench_resumability.py completion       # 20,000 no-op sources, 2 workers
+    python benchmarks/bench_resumability.py stage-checkpoints  # every_stage vs disabled
 
 Every measurement runs in a fresh Python process and prints both sides of its comparison.
 """
@@ -74,11 +75,13 @@ if __name__ == "__main__":
         workers_cpu = lambda: sum(client.run(lambda: __import__("psutil").Process().cpu_times().user
                                   + __import__("psutil").Process().cpu_times().system).values())
         w0, d0, t0 = workers_cpu(), cpu(), time.perf_counter()
-        result = p.run(executor=ex, checkpoint_path=args.get("ckpt"))
+        extra = {"stage_checkpoints": args["stage_ckpt"]} if args.get("stage_ckpt") else {}
+        result = p.run(executor=ex, checkpoint_path=args.get("ckpt"), **extra)
         wall, driver, workers = time.perf_counter() - t0, cpu() - d0, workers_cpu() - w0
     print(json.dumps({"wall": wall, "driver_cpu": driver, "workers_cpu": workers,
                       "timings": result.timings, "outputs": len(result),
-                      "skipped": result.skipped_sources}))
+                      "skipped": result.skipped_sources,
+                      "stage_checkpoints": result.stage_checkpoints}))
 '''
 
 
@@ -129,6 +132,39 @@ def case_overhead(args) -> None:
     if not args.no_record:
         record("overhead", f"64x20000 throughput pipeline, median of {args.repeat}",
                f"off {a:.2f} s", f"on {b:.2f} s", f"{b / a:.3f}")
+
+
+def case_stage_checkpoints(args) -> None:
+    """The cost of writing stage checkpoints: the throughput pipeline with a completion
+    checkpoint in both runs, stage checkpoints disabled vs every_stage (the reader's and the
+    filter's outputs, Arrow IPC, deleted as each source completes)."""
+    from curator_dask.sample_data import generate_jsonl
+
+    src = os.path.join(args.data, "in-64x20000")
+    if len([f for f in os.listdir(src)] if os.path.isdir(src) else []) != 64:
+        generate_jsonl(src, files=64, docs_per_file=20_000, short_fraction=0.1)
+    off, on, saved = [], [], None
+    for _ in range(args.repeat):
+        for label, runs in (("disabled", off), ("every_stage", on)):
+            out = os.path.join(args.data, f"out-stage-{label}")
+            ckpt = os.path.join(args.data, "ckpt-stage")
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(ckpt, ignore_errors=True)
+            measured = run_script(args.data, pipeline="throughput", src=src, out=out, ckpt=ckpt,
+                                  stage_ckpt=label)
+            runs.append(measured["process_wall"])
+            if label == "every_stage":
+                saved = measured["stage_checkpoints"]["saved"]
+    a, b = statistics.median(off), statistics.median(on)
+    size = sum(v["bytes"] for v in saved.values()) / 1e6
+    print(f"stage checkpoints disabled   : {a:.2f} s  (runs: {', '.join(f'{t:.2f}' for t in off)})")
+    print(f"stage checkpoints every_stage: {b:.2f} s  (runs: {', '.join(f'{t:.2f}' for t in on)})")
+    print(f"ratio {b / a:.3f}; {size:.0f} MB written per run: "
+          + ", ".join(f"{k} {v['count']} entries {v['seconds']:.2f} s" for k, v in saved.items()))
+    if not args.no_record:
+        record("stage-checkpoints", f"64x20000 throughput pipeline, completion checkpoint in "
+               f"both, every_stage writes {size:.0f} MB, median of {args.repeat}",
+               f"disabled {a:.2f} s", f"every_stage {b:.2f} s", f"{b / a:.3f}")
 
 
 def _build_checkpoint(path: str, files: int, ids_per_file: int) -> None:
@@ -206,7 +242,8 @@ def case_completion(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", choices=["overhead", "resume-startup", "completion"])
+    parser.add_argument("case", choices=["overhead", "resume-startup", "completion",
+                                         "stage-checkpoints"])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--sources", type=int, default=20_000)
     parser.add_argument("--data", default=os.path.join(HERE, "_data"))
@@ -223,7 +260,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "curator_dask")],
                    check=True, stdout=subprocess.DEVNULL)
     {"overhead": case_overhead, "resume-startup": case_resume_startup,
-     "completion": case_completion}[args.case](args)
+     "completion": case_completion, "stage-checkpoints": case_stage_checkpoints}[args.case](args)
 
 
 if __name__ == "__main__":

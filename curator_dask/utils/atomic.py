@@ -1,7 +1,8 @@
 """Atomic file commits: a file appears under its final name complete, or not at all.
 
-Local file systems: write a hidden temp file in the target directory, flush and fsync it, then
-``os.replace`` it onto the final name (atomic within one directory) and fsync the directory.
+Local file systems: write a hidden temp file in the target directory, flush it (and fsync it
+when asked: writers follow config ``io.fsync``, off by default), then ``os.replace`` it onto
+the final name (atomic within one directory) and, with fsync, fsync the directory.
 Object stores and other fsspec file systems: build the bytes in memory and upload them with one
 ``pipe_file`` (a single PUT is atomic on S3-compatible stores).
 """

@@ -67,3 +67,32 @@ def test_summary_is_replaced_atomically_and_validated(tmp_path):
         write_summary(path, job_id="j", state="done")
     assert json.loads(Path(path).read_text())["state"] == "completed"
     assert read_summary(str(tmp_path / "missing.json")) is None
+
+
+def test_event_volume_stays_bounded_at_100000_sources():
+    """100,000 one-source Dask tasks through the executor's event stream: per-task records up
+    to the detail limit, then per-window sums that still add up to every source and row."""
+    from curator_dask.backends.dask.adapter import StageCount
+    from curator_dask.backends.dask.executor import _EventStream
+    from curator_dask.backends.dask.worker import GroupResult
+
+    class Stage:
+        def __init__(self, name):
+            self.name = name
+
+    records = []
+    stream = _EventStream(lambda type_, **f: records.append((type_, f)),
+                          [Stage("src"), Stage("filter"), Stage("writer")], window=0.05)
+    for i in range(100_000):
+        result = GroupResult(batches=[], counts={1: StageCount(calls=1, items_in=10, items_out=9),
+                                                 2: StageCount(calls=1, items_in=9)},
+                             ended={1: 1.0, 2: 1.0})
+        stream.chunk_done([f"s{i}"], result)
+    stream.close()
+    assert len(records) < 25_000
+    task = [f for t, f in records if t == "stage_complete" and f["scope"] == "task"]
+    window = [f for t, f in records if t == "stage_complete" and f["scope"] == "window"]
+    assert task and window
+    assert sum(f["rows_in"] for f in task + window if f["stage"] == "filter") == 1_000_000
+    done = [f["count"] for t, f in records if t == "source_complete"]
+    assert sum(done) == 100_000

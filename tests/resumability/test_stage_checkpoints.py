@@ -26,6 +26,7 @@ from resume_test_stages import Cheap, Expensive, FailSoftOn, Rows  # noqa: E402
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline  # noqa: E402
 from curator_dask.backends.dask.plan import build_plan  # noqa: E402
 from curator_dask.jobs.events import read_events  # noqa: E402
+from curator_dask.resumability.inspect import inspect_checkpoint  # noqa: E402
 from curator_dask.resumability.stage_checkpoints import (  # noqa: E402
     SUBDIR,
     CheckpointUnusable,
@@ -33,7 +34,6 @@ from curator_dask.resumability.stage_checkpoints import (  # noqa: E402
     StageCheckpointStore,
     chain_fingerprint,
 )
-from curator_dask.resumability.inspect import inspect_checkpoint  # noqa: E402
 from curator_dask.sample_data import generate_jsonl  # noqa: E402
 from curator_dask.tasks import DocumentBatch, FileGroupTask  # noqa: E402
 
