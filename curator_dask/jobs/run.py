@@ -83,6 +83,18 @@ class JobRun:
             self.directory.create(config, inputs)
         self.run_id = uuid.uuid4().hex[:8]
         self.command = command
+        # This attempt's driver log (curator_dask's records at INFO and above).
+        self.log_path = os.path.join(self.directory.path, "logs", f"driver-{self.run_id}.log")
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        self._log_handler = logging.FileHandler(self.log_path, encoding="utf-8")
+        self._log_handler.setLevel(logging.INFO)
+        self._log_handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package_logger = logging.getLogger("curator_dask")
+        self._log_level = package_logger.level
+        if package_logger.getEffectiveLevel() > logging.INFO:
+            package_logger.setLevel(logging.INFO)
+        package_logger.addHandler(self._log_handler)
         self.started = time.time()
         self.events = EventLog(self.directory.file("events.jsonl"), job_id=self.job_id,
                                run_id=self.run_id)
@@ -126,6 +138,23 @@ class JobRun:
         document["job_id"] = self.job_id
         document["run_id"] = self.run_id
         write_json_atomically(self.directory.file(PLAN_FILE), document, indent=2)
+        import dask.config
+
+        from curator_dask.resumability.fingerprint import config_fingerprint
+
+        # What this attempt ran with: every curator-dask setting as resolved (config files,
+        # environment, defaults), the executor's choices, and the normalized pipeline.
+        resolved = {
+            "run_id": self.run_id,
+            "curator-dask": dask.config.get("curator-dask"),
+            "executor": {k: getattr(executor, k, None) for k in (
+                "cluster_kind", "address", "n_workers", "threads_per_worker", "max_in_flight",
+                "max_sources_per_task", "fuse", "drain_timeout")},
+            "pipeline": config_fingerprint(self.stages, checkpoint=self.checkpoint_path,
+                                           **self.settings),
+        }
+        write_json_atomically(self.directory.file("resolved_config.json"), resolved, indent=2,
+                              default=str)
 
     def _check_stop_request(self) -> None:
         path = self.directory.file(STOP_REQUEST)
@@ -197,5 +226,10 @@ class JobRun:
         event = {"completed": "job_complete", "failed": "job_failed",
                  "stopped": "job_stopped"}[state]
         self.events.emit(event, **({"error": extra["error"]} if error is not None else {}))
+        extra["log"] = self.log_path
         self._write_summary(**extra)
         self.events.close()
+        package_logger = logging.getLogger("curator_dask")
+        package_logger.removeHandler(self._log_handler)
+        package_logger.setLevel(self._log_level)
+        self._log_handler.close()

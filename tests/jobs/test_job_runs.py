@@ -98,3 +98,28 @@ def test_job_id_and_resume_must_agree(executor, tmp_path):
     with pytest.raises(ValueError, match="disagree"):
         make(tmp_path).run(executor=executor, work_dir=str(tmp_path / "j"), job_id="a",
                            resume="b")
+
+
+def test_worker_lost_logs_and_resolved_config(tmp_path):
+    """A stage SIGKILLs its worker once (a real lost worker; the nanny starts a new one)."""
+    import json
+
+    from resume_test_stages import KillWorkerOnce
+
+    generate_jsonl(str(tmp_path / "in"), files=3, docs_per_file=1, seed=9)
+    work = tmp_path / "jobs"
+    stage = KillWorkerOnce(victim_id="1-0", marker=str(tmp_path / "killed"))
+    with DaskExecutor(n_workers=1, progress=False) as ex:
+        result = make(tmp_path, stage).run(executor=ex, work_dir=str(work), job_id="lost")
+    assert len(result) == 3 and (tmp_path / "killed").exists()
+    events = read_events(str(work / "lost" / "events.jsonl"))
+    lost = [e for e in events if e["type"] == "worker_lost"]
+    assert len(lost) == 1 and lost[0]["worker"].startswith("tcp://127.0.0.1:")
+    run_id = events[0]["run_id"]
+    log = (work / "lost" / "logs" / f"driver-{run_id}.log").read_text()
+    assert "left the cluster" in log
+    resolved = json.loads((work / "lost" / "resolved_config.json").read_text())
+    assert resolved["curator-dask"]["execution"]["fuse"] is True
+    assert resolved["executor"]["n_workers"] == 1
+    assert [s["name"] for s in resolved["pipeline"]["stages"]][-2:] == [
+        "kill_worker_once", "jsonl_writer"]

@@ -702,9 +702,10 @@ class DaskExecutor(BaseExecutor):
                 client.cancel(list(in_flight), force=True)
 
         def watch_workers() -> None:
-            # worker_lost events: the scheduler's worker set, compared every 2 s.
+            # worker_lost events: the scheduler's worker set, compared every 2 s and at the end.
             known = set(workers)
-            while not stopped.wait(2.0):
+            while True:
+                last = stopped.wait(2.0)
                 try:
                     now = set(client.scheduler_info(n_workers=-1)["workers"])
                 except Exception:  # noqa: BLE001 (the run itself reports a lost scheduler)
@@ -714,9 +715,13 @@ class DaskExecutor(BaseExecutor):
                     if events is not None:
                         events.emit("worker_lost", worker=address, remaining=len(now))
                 known = now
+                if last:
+                    return
 
         threading.Thread(target=drain, name="curator-dask-drain", daemon=True).start()
-        threading.Thread(target=watch_workers, name="curator-dask-workers", daemon=True).start()
+        watcher = threading.Thread(target=watch_workers, name="curator-dask-workers",
+                                   daemon=True)
+        watcher.start()
 
         def submit_next() -> None:
             nonlocal remaining
@@ -779,6 +784,7 @@ class DaskExecutor(BaseExecutor):
         finally:
             stopped.set()
             self._stop.set()  # releases the drain thread
+            watcher.join(timeout=10)
             bars.close()
             report.__exit__(None, None, None)
             try:
