@@ -9,6 +9,7 @@ stay on the workers; the driver only receives the sink's output tasks and counts
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import logging
 import os
@@ -309,6 +310,10 @@ class DaskExecutor(BaseExecutor):
         jobs: number of SLURM worker jobs (``cluster="slurm"``; default 1).
         tls: TLS with temporary credentials for ``cluster="slurm"`` (default: config
             ``slurm.tls``, true).
+        dashboard_address: where the embedded cluster's dashboard listens (default: config
+            ``local-cluster.dashboard-address``); giving it turns the dashboard on. Without
+            it the dashboard starts only in a notebook or terminal (config
+            ``local-cluster.dashboard``), which saves its start-up in batch jobs.
         cluster_kwargs: extra ``LocalCluster`` (or ``SLURMCluster``) keyword arguments.
 
     Use it as a context manager to keep one embedded cluster across several runs.
@@ -365,6 +370,8 @@ class DaskExecutor(BaseExecutor):
         )
         self.fuse = bool(_config.get("execution.fuse", fuse))
         self.progress = _config.get("execution.progress", progress)
+        self._dashboard_requested = dashboard_address is not None
+        self._dashboard_on: bool | None = None  # known for the embedded cluster
         self.dashboard_address = _config.get(
             "local-cluster.dashboard-address", dashboard_address
         )
@@ -411,6 +418,9 @@ class DaskExecutor(BaseExecutor):
             self._client = Client(self._cluster.cluster)
             self._client.forward_logging("curator_dask")
         else:
+            dashboard = _config.get("local-cluster.dashboard")
+            if dashboard is None:  # only where someone can look at it
+                dashboard = _interactive() or self._dashboard_requested
             kwargs = {
                 "n_workers": self.n_workers,
                 "threads_per_worker": self.threads_per_worker,
@@ -419,6 +429,12 @@ class DaskExecutor(BaseExecutor):
                 "dashboard_address": self.dashboard_address,
                 **self.cluster_kwargs,
             }
+            self._dashboard_on = bool(dashboard) and importlib.util.find_spec("bokeh") is not None
+            if not dashboard:
+                # No bokeh app; the scheduler's small HTTP server (health, metrics) stays on
+                # the loopback address above instead of the default :8787.
+                kwargs["scheduler_kwargs"] = {"dashboard": False,
+                                              **kwargs.get("scheduler_kwargs", {})}
             if not kwargs["processes"] and "host" not in self.cluster_kwargs:
                 kwargs.pop("host")  # threads in this process talk in-process, not over TCP
             trim = _config.get("local-cluster.malloc-trim-threshold")
@@ -431,7 +447,15 @@ class DaskExecutor(BaseExecutor):
             logger.info("Dask dashboard: %s", link)
         return self._client
 
+    def dashboard_link(self) -> str | None:
+        """The dashboard URL when a dashboard is running, else ``None``."""
+        if self._client is None or not self._dashboard_available():
+            return None
+        return getattr(self._client, "dashboard_link", None)
+
     def _dashboard_available(self) -> bool:
+        if self._dashboard_on is not None:
+            return self._dashboard_on
         try:
             return "dashboard" in self._client.scheduler_info().get("services", {})
         except Exception:  # noqa: BLE001 (informational only)
@@ -500,7 +524,7 @@ class DaskExecutor(BaseExecutor):
         client = self.start()
         mark("cluster")
         self.live.scheduler = getattr(getattr(client, "scheduler", None), "address", None)
-        self.live.dashboard = getattr(client, "dashboard_link", None)
+        self.live.dashboard = self.dashboard_link()
         completion = None
         planner = None
         summary: dict[str, Any] | None = None
@@ -597,7 +621,7 @@ class DaskExecutor(BaseExecutor):
         result.wall_time = time.perf_counter() - started
         mark("end")
         result.timings = timings
-        result.dashboard_link = getattr(client, "dashboard_link", None)
+        result.dashboard_link = self.dashboard_link() if self._client is not None else None
         logger.info(
             "Finished %d sources in %.2f s: %d output tasks", len(todo), result.wall_time,
             len(outputs),
@@ -677,8 +701,7 @@ class DaskExecutor(BaseExecutor):
         threads = sum(w["nthreads"] for w in workers.values())
         window = self.max_in_flight or max(1, 2 * threads)
         bars = _StageBars(stages, plan, len(sources), self.progress,
-                          getattr(client, "dashboard_link", None)
-                          if self._dashboard_available() else None)
+                          self.dashboard_link())
         live = self.live
         outputs: list[Task] = []
         in_flight: dict = {}
@@ -798,6 +821,24 @@ class DaskExecutor(BaseExecutor):
         return outputs
 
 
+def _show_link(url: str) -> None:
+    """The dashboard link: a clickable link in Jupyter, a line on stderr elsewhere."""
+    if "ipykernel" in sys.modules:
+        try:
+            from html import escape
+
+            from IPython.display import HTML, display
+
+            link = escape(url)
+            display(HTML(f'Dask dashboard: <a href="{link}" target="_blank">{link}</a>'))
+            return
+        except ImportError:
+            pass
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"Dask dashboard: {url}")
+
+
 class _StageBars:
     """One progress bar per stage after the source (tqdm.auto: widgets in Jupyter).
 
@@ -812,7 +853,7 @@ class _StageBars:
         self._lock = threading.Lock()
         self.bars: dict[int, Any] = {}
         if show and dashboard:
-            tqdm.write(f"Dask dashboard: {dashboard}")
+            _show_link(dashboard)
         width = max((len(stages[i].name) for g in plan.groups for i in g.stage_indices),
                     default=8)
         position = 0
