@@ -73,11 +73,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not rows:
             print(f"no jobs in {work_dir}")
             return EXIT_OK
-        print(f"{'job':<28} {'state':<22} {'started':<21} {'sources':>8} {'skipped':>8}")
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(show_edge=False, header_style="bold")
+        for column in ("job", "state", "started", "ended", "sources", "skipped", "completed",
+                       "failed"):
+            table.add_column(column, justify="left" if column in ("job", "state") else "right")
         for r in rows:
             src = r.get("sources") or {}
-            print(f"{r['job_id']:<28} {r['state']:<22} {r.get('started', ''):<21} "
-                  f"{src.get('total', ''):>8} {src.get('skipped', ''):>8}")
+            table.add_row(r["job_id"], r["state"], str(r.get("started", "")),
+                          str(r.get("ended") or ""),
+                          *(str(src.get(k, "")) for k in ("total", "skipped", "completed",
+                                                          "failed")))
+        Console(width=None if sys.stdout.isatty() else 160).print(table)
         return EXIT_OK
     path = os.path.join(work_dir, args.job, "job_summary.json")
 

@@ -84,7 +84,9 @@ def render(summary: dict[str, Any]) -> Any:
         per_s = f"{row.get('items_in', 0) / secs:,.0f}" if secs > 0 else "-"
         table.add_row(
             str(row["stage"]),
-            ProgressBar(total=max(total, 1), completed=min(done, total), width=20),
+            ProgressBar(total=max(total, 1), width=20,
+                        completed=min(total, row["sources_done"] if row.get("sources_done")
+                                      is not None else (total if row.get("tasks_in") else 0))),
             str(row.get("tasks_in", 0)), str(row.get("tasks_out", 0)),
             str(row.get("items_in", 0)), str(row.get("items_out", 0)), per_s,
             str(row.get("filtered", 0)),

@@ -96,3 +96,25 @@ def test_event_volume_stays_bounded_at_100000_sources():
     assert sum(f["rows_in"] for f in task + window if f["stage"] == "filter") == 1_000_000
     done = [f["count"] for t, f in records if t == "source_complete"]
     assert sum(done) == 100_000
+
+
+def test_live_progress_counts_sources_per_stage():
+    from curator_dask.backends.dask.adapter import StageCount
+    from curator_dask.backends.dask.executor import LiveProgress
+
+    class Stage:
+        def __init__(self, name):
+            self.name = name
+
+    live = LiveProgress([Stage("src"), Stage("a"), Stage("b")], "run123456789")
+    live.planned(10, 2, 8)
+    live.stage_advanced((1,), 3)  # group (a) finished 3 sources; b has not seen them yet
+    snap = live.snapshot()
+    assert snap["run_key_token"] == "run12345"
+    assert snap["stages"] == [{"stage": "a", **StageCount().__dict__, "sources_done": 3}]
+    live.stage_advanced((2,), 2)
+    live.chunk_done(["s1", "s2"], {"s2"}, {1: StageCount(tasks_in=2), 2: StageCount(tasks_in=2)})
+    snap = live.snapshot()
+    assert snap["sources"]["completed"] == 1 and snap["sources"]["failed"] == 1
+    assert [(r["stage"], r["sources_done"], r["tasks_in"]) for r in snap["stages"]] == [
+        ("a", 3, 2), ("b", 2, 2)]

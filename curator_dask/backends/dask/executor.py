@@ -108,7 +108,13 @@ class LiveProgress:
                         "failed": 0, "in_flight": 0}
         self.finished_ids: list[str] = []
         self.first_submit: float | None = None
+        self.stage_sources: dict[int, int] = {}  # sources that passed each stage
         self._lock = threading.Lock()
+
+    def stage_advanced(self, stage_indices: Sequence[int], n: int) -> None:
+        with self._lock:
+            for i in stage_indices:
+                self.stage_sources[i] = self.stage_sources.get(i, 0) + n
 
     def planned(self, total: int, skipped: int, to_process: int) -> None:
         self.sources.update(total=total, skipped=skipped, to_process=to_process)
@@ -130,8 +136,9 @@ class LiveProgress:
                 "dashboard": self.dashboard,
                 "sources": dict(self.sources),
                 "processing_started": self.first_submit,
-                "stages": [{"stage": self.stage_names[i], **asdict(c)}
-                           for i, c in sorted(self.counts.items())],
+                "stages": [{"stage": self.stage_names[i], **asdict(self.counts.get(
+                               i, StageCount())), "sources_done": self.stage_sources.get(i)}
+                           for i in sorted(set(self.counts) | set(self.stage_sources))],
             }
 
 
@@ -701,7 +708,7 @@ class DaskExecutor(BaseExecutor):
         threads = sum(w["nthreads"] for w in workers.values())
         window = self.max_in_flight or max(1, 2 * threads)
         bars = _StageBars(stages, plan, len(sources), self.progress,
-                          self.dashboard_link())
+                          self.dashboard_link(), on_advance=self.live.stage_advanced)
         live = self.live
         outputs: list[Task] = []
         in_flight: dict = {}
@@ -846,9 +853,10 @@ class _StageBars:
     """
 
     def __init__(self, stages: Sequence[Any], plan: ExecutionPlan, total: int,
-                 progress: bool | None, dashboard: str | None) -> None:
+                 progress: bool | None, dashboard: str | None, on_advance: Any = None) -> None:
         from tqdm.auto import tqdm
 
+        self.on_advance = on_advance
         show = _interactive() if progress is None else bool(progress)
         self._lock = threading.Lock()
         self.bars: dict[int, Any] = {}
@@ -867,6 +875,8 @@ class _StageBars:
         with self._lock:
             for i in group.stage_indices:
                 self.bars[i].update(n)
+        if self.on_advance is not None:
+            self.on_advance(group.stage_indices, n)
 
     def watch(self, future: Any, group: Any, n: int) -> None:
         def done(f: Any) -> None:
