@@ -33,8 +33,8 @@ def throughput_series(events: list[dict[str, Any]], buckets: int = 60
         >>> ev = [{"type": "stage_complete", "scope": "task", "stage": "f", "ended": 10.0,
         ...        "rows_in": 100}, {"type": "stage_complete", "scope": "task", "stage": "f",
         ...        "ended": 12.0, "rows_in": 100}]
-        >>> throughput_series(ev, buckets=2)["f"]
-        [(10.0, 100.0), (11.0, 100.0)]
+        >>> throughput_series(ev, buckets=2)["f"]  # 1-second buckets at least
+        [(10.0, 100.0), (11.0, 0.0), (12.0, 100.0)]
     """
     records = _stage_records(events)
     if not records:

@@ -160,8 +160,17 @@ def input_fingerprints(
 
 
 def diff_inputs(saved: Mapping[str, Mapping[str, Any]],
-                current: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Which input files changed, appeared or disappeared, naming each file."""
+                current: Mapping[str, Mapping[str, Any]], *,
+                common_fields_only: bool = False) -> list[str]:
+    """Which input files changed, appeared or disappeared, naming each file.
+
+    ``common_fields_only`` compares only the fields both sides recorded (a record made without
+    a content hash still matches on size and mtime).
+
+    Example:
+        >>> diff_inputs({"a": {"size": 1}}, {"a": {"size": 2}, "b": {"size": 1}})
+        ['modified: a (size 1 -> 2)', 'added: b']
+    """
     out = []
     for path in sorted(set(saved) | set(current)):
         if path not in current:
@@ -169,8 +178,9 @@ def diff_inputs(saved: Mapping[str, Mapping[str, Any]],
         elif path not in saved:
             out.append(f"added: {path}")
         else:
-            changed = [k for k in sorted(set(saved[path]) | set(current[path]))
-                       if saved[path].get(k) != current[path].get(k)]
+            fields = (set(saved[path]) & set(current[path]) if common_fields_only
+                      else set(saved[path]) | set(current[path]))
+            changed = [k for k in sorted(fields) if saved[path].get(k) != current[path].get(k)]
             if changed:
                 detail = ", ".join(f"{k} {saved[path].get(k)!r} -> {current[path].get(k)!r}"
                                    for k in changed)

@@ -28,7 +28,7 @@ from typing import Any
 
 import fsspec
 
-from curator_dask.resumability.fingerprint import input_fingerprints
+from curator_dask.resumability.fingerprint import diff_inputs, input_fingerprints
 
 logger = logging.getLogger(__name__)
 
@@ -39,24 +39,6 @@ SUBDIR = ".curator_dask/input_fingerprints"
 
 class InputChangedError(ValueError):
     """Completed sources whose inputs changed, with ``on_input_change="error"``."""
-
-
-def _compare(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Differences between two per-file fingerprint maps, on the fields both recorded."""
-    out = []
-    for path in sorted(set(saved) | set(current)):
-        if path not in current:
-            out.append(f"{path}: no longer in the source")
-        elif path not in saved:
-            out.append(f"{path}: new in the source")
-        else:
-            common = sorted(set(saved[path]) & set(current[path]))
-            changed = [k for k in common if saved[path][k] != current[path][k]]
-            if changed:
-                detail = ", ".join(f"{k} {saved[path][k]!r} -> {current[path][k]!r}"
-                                   for k in changed)
-                out.append(f"{path}: {detail}")
-    return out
 
 
 class InputCheck:
@@ -135,7 +117,7 @@ class InputCheck:
             if old is None:
                 self.baseline.add(sid)
                 continue
-            diff = _compare(old.get("files", {}), files)
+            diff = diff_inputs(old.get("files", {}), files, common_fields_only=True)
             if diff:
                 changed.append(sid)
                 details.append(f"source {sid}: " + "; ".join(diff))

@@ -65,7 +65,8 @@ def test_error_mode_names_the_file_and_processes_nothing(executor, tmp_path):
     pipeline(tmp_path).run(executor=executor, checkpoint_path=ckpt, verify_inputs="fingerprint")
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     rewrite(tmp_path / "in" / "part-00000.jsonl", '{"id": "z", "text": "other"}\n')
-    with pytest.raises(InputChangedError, match=r"part-00000\.jsonl: .*size \d+ -> \d+") as err:
+    changed = r"modified: \S+part-00000\.jsonl \(.*size \d+ -> \d+"
+    with pytest.raises(InputChangedError, match=changed) as err:
         pipeline(tmp_path).run(executor=executor, checkpoint_path=ckpt,
                                verify_inputs="fingerprint", on_input_change="error")
     assert "Nothing was processed or deleted" in str(err.value)
