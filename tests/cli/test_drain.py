@@ -35,6 +35,18 @@ PIPELINE = textwrap.dedent("""
 """)
 
 
+def start_job(tmp_path, pipeline: str, job_id: str, *, files: int, seed: int):
+    """Start `run pipe.py:build` as job ``job_id`` on generated input; returns the process and
+    the job summary's path."""
+    (tmp_path / "pipe.py").write_text(pipeline)
+    generate_jsonl(str(tmp_path / "input"), files=files, docs_per_file=2, seed=seed)
+    proc = subprocess.Popen([sys.executable, "-m", "curator_dask", "run", "pipe.py:build",
+                             "--workers", "1", "--no-progress", "--job-id", job_id],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return proc, tmp_path / "curator-dask-jobs" / job_id / "job_summary.json"
+
+
 def completed(ckpt) -> set[str]:
     ids: set[str] = set()
     for f in (ckpt / METADATA_DIRNAME).glob("*.mdb"):
@@ -118,13 +130,8 @@ def test_status_reflects_a_running_then_stopped_job_and_resume_finishes(tmp_path
 def test_stop_command_is_cooperative_and_checks_the_process(tmp_path):
     import json
 
-    (tmp_path / "pipe.py").write_text(PIPELINE)
-    generate_jsonl(str(tmp_path / "input"), files=10, docs_per_file=2, seed=6)
     base = [sys.executable, "-m", "curator_dask"]
-    proc = subprocess.Popen([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
-                             "--job-id", "stop-me"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    summary_path = tmp_path / "curator-dask-jobs" / "stop-me" / "job_summary.json"
+    proc, summary_path = start_job(tmp_path, PIPELINE, "stop-me", files=10, seed=6)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if summary_path.exists() and json.loads(summary_path.read_text()).get("sources"):
@@ -172,13 +179,8 @@ BLOCKING = textwrap.dedent("""
 def test_stop_force_cancels_through_the_scheduler_without_signals(tmp_path):
     import json
 
-    (tmp_path / "pipe.py").write_text(BLOCKING)
-    generate_jsonl(str(tmp_path / "input"), files=3, docs_per_file=1, seed=8)
     base = [sys.executable, "-m", "curator_dask"]
-    proc = subprocess.Popen([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
-                             "--job-id", "stuck"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    summary_path = tmp_path / "curator-dask-jobs" / "stuck" / "job_summary.json"
+    proc, summary_path = start_job(tmp_path, BLOCKING, "stuck", files=3, seed=8)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if (tmp_path / "output").exists() and list((tmp_path / "output").glob("*.jsonl")):
