@@ -101,7 +101,6 @@ class JobRun:
         self.events.emit("run_resume" if self.resumed else "job_start", pid=os.getpid(),
                          host=socket.gethostname(), command=command,
                          checkpoint=self.checkpoint_path)
-        self.progress: dict[str, Any] = {}
         self._state = "running"
         self._executor: Any = None
         self._stop_seen = False
@@ -115,6 +114,8 @@ class JobRun:
     def attach(self, executor: Any) -> None:
         """The executor a ``stop`` request is passed to; writes ``dag_execution_plan.json``."""
         self._executor = executor
+        if hasattr(executor, "live"):
+            executor.live = None  # a previous run's progress is not this attempt's
         from curator_dask import config
 
         if hasattr(executor, "performance_report") and config.get("jobs.performance-report"):
@@ -173,27 +174,22 @@ class JobRun:
         return f"{self.command} --resume {self.job_id}"
 
     def on_event(self, type_: str, **fields: Any) -> None:
-        """Executor callback: record an event and keep the latest counts for the summary."""
+        """Executor callback: record an event; the summary follows the executor's progress."""
         self.events.emit(type_, **fields)
         if type_ == "sources_planned":
-            self.progress.update(fields)
             self._write_summary()  # at once: tools should not wait for the next heartbeat
 
     def _write_summary(self, **extra: Any) -> None:
         live = getattr(self._executor, "live", None)
         if live is not None and hasattr(live, "snapshot"):
-            snap = live.snapshot()
-            extra.setdefault("stages", snap.pop("stages"))
-            self.progress.update(snap.pop("sources"))
-            for key, value in snap.items():
+            for key, value in live.snapshot().items():
                 extra.setdefault(key, value)
         write_summary(
             self.directory.file("job_summary.json"),
             job_id=self.job_id, run_id=self.run_id, state=self._state,
             started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             checkpoint=self.checkpoint_path, resume_command=self.resume_command,
-            process_start=_process_start_time(),
-            sources=dict(self.progress), **extra,
+            process_start=_process_start_time(), **extra,
         )
 
     def _heartbeat(self) -> None:

@@ -17,7 +17,6 @@ source leaves the old record in place and the next run detects the change again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -144,9 +143,7 @@ class InputCheck:
         """Record the fingerprints of sources that completed in this run (and baselines)."""
         ids = [sid for sid in finished_ids if sid not in failed] + sorted(self.baseline)
         now = time.time()
-        sources = {sid: {"files": self.current[sid], "recorded": now, "mode": self.mode,
-                         "digest": hashlib.sha256(json.dumps(self.current[sid], sort_keys=True,
-                                                             default=str).encode()).hexdigest()}
+        sources = {sid: {"files": self.current[sid], "recorded": now, "mode": self.mode}
                    for sid in ids if sid in self.current}
         if not sources:
             return

@@ -21,6 +21,7 @@ Layout (flat, so one listing finds everything)::
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -28,6 +29,7 @@ import io
 import json
 import logging
 import re
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -214,7 +216,7 @@ def _tabular(task: Any) -> str | None:
     data = getattr(task, "data", None)
     if isinstance(data, pa.Table):
         return "arrow"
-    pd = __import__("sys").modules.get("pandas")
+    pd = sys.modules.get("pandas")  # a DataFrame implies pandas is already imported
     if pd is not None and isinstance(data, pd.DataFrame):
         return "pandas"
     return None
@@ -291,7 +293,7 @@ class StageCheckpointStore:
         name = entry_name(source_id, stage_index, fingerprint)
         directory = self._path(name)
         self.fs.makedirs(directory, exist_ok=True)
-        with _suppress_missing():
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(name, MANIFEST))  # an older entry stops counting now
         shells, files = [], []
         for i, task in enumerate(t for batch in batches for t in batch):
@@ -338,12 +340,6 @@ class StageCheckpointStore:
         text = json.dumps(manifest, indent=1).encode()
         write_atomic(self.fs, self._path(name, MANIFEST), lambda f: f.write(text), fsync=False)
         return name, len(text) + len(pickled) + sum(f["bytes"] for f in files)
-
-    def entry_bytes(self, name: str) -> int:
-        try:
-            return sum(int(i.get("size") or 0) for i in self.fs.ls(self._path(name)))
-        except OSError:
-            return 0
 
     # -- load -------------------------------------------------------------------------------
     def load(self, name: str, fingerprint: str, input_digest: str | None
@@ -417,20 +413,12 @@ class StageCheckpointStore:
         """Remove entries (manifest first, so a half-deleted entry is never used)."""
         removed = 0
         for name in names:
-            with _suppress_missing():
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self._path(name, MANIFEST))
-            with _suppress_missing():
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(self._path(name), recursive=True)
                 removed += 1
         return removed
-
-
-class _suppress_missing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        return exc_type is not None and issubclass(exc_type, FileNotFoundError)
 
 
 @dataclasses.dataclass
@@ -439,9 +427,6 @@ class CheckpointRuntime:
 
     store: StageCheckpointStore
     boundaries: dict[int, tuple[int, str, str]]  # group index -> (stage index, fp, stage name)
-
-    def boundary(self, group_index: int) -> tuple[int, str, str] | None:
-        return self.boundaries.get(group_index)
 
 
 class CheckpointPlanner:
@@ -472,7 +457,6 @@ class CheckpointPlanner:
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="curator-dask-ckpt-cleanup")
         self._futures: list[Any] = []
         self._finished: list[str] = []
-        self.deleted = 0
 
     def prepare(self, done_source_ids: Iterable[str]) -> None:
         """List the store once; drop entries of sources already complete (unless keep_all)."""
@@ -509,9 +493,11 @@ class CheckpointPlanner:
         """Apply ``keep_failed_only`` at the end of a completed run; wait for deletions."""
         if run_completed and self.config.retention == "keep_failed_only":
             self._delete(self._finished)
+        deleted = 0
         for future in self._futures:
             try:
-                self.deleted += future.result()
+                deleted += future.result()
             except Exception as exc:  # noqa: BLE001 (a leftover entry is only disk space)
                 logger.warning("could not delete stage checkpoints: %s", exc)
         self._pool.shutdown()
+        logger.debug("stage checkpoints: %d entries deleted", deleted)

@@ -221,7 +221,7 @@ class _EventStream:
         self._window_sources = [0, 0]
         self._window_start = now
 
-    def checkpoint_totals(self, planner: Any) -> None:
+    def checkpoint_totals(self) -> None:
         for stage, (n, size, secs) in sorted(self.saved.items()):
             self.emit("checkpoint_save", stage=self.names[stage], index=stage, count=n,
                       bytes=size, seconds=round(secs, 3))
@@ -521,7 +521,6 @@ class DaskExecutor(BaseExecutor):
                    "stored under it and only used for sources the checkpoint has not completed")
             raise ValueError(msg)
         plan = build_plan(stages, fuse=self.fuse, boundaries=ckpt_config.boundaries(stages))
-        self.last_plan = plan
         run_id = uuid.uuid4().hex[:12]
         self.live = LiveProgress(stages, run_id)
         # A stop requested from here on (even during cluster start) applies to this run.
@@ -589,7 +588,7 @@ class DaskExecutor(BaseExecutor):
         finally:
             if planner is not None:
                 planner.close(run_completed=run_completed)
-                events.checkpoint_totals(planner)
+                events.checkpoint_totals()
             if completion is not None and summary is None:
                 try:
                     summary = completion.close()

@@ -223,7 +223,7 @@ class StageHost(WorkerPlugin):
         by_source: dict[str, list[list[Task]]] = {}
         for batch in active:
             by_source.setdefault(batch[0]._source_id if batch else "", []).append(batch)
-        boundary = ck.boundary(group_index)
+        boundary = ck.boundaries.get(group_index)
         produced: list[list[Task]] = []
         totals = [StageCount() for _ in adapters]
         for sid, batches in by_source.items():
