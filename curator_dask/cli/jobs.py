@@ -36,18 +36,16 @@ def job_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _job_state(summary: dict) -> str:
-    """The recorded state, or ``running (driver gone)`` when its driver no longer exists."""
-    import os
+    """The recorded state, or ``running (driver gone)`` when its driver (checked by pid and
+    start time, on its host) no longer exists."""
     import socket
 
+    from curator_dask.jobs.control import is_recorded_driver
+
     state = summary.get("state", "?")
-    if state == "running" and summary.get("host") == socket.gethostname():
-        try:
-            os.kill(int(summary.get("pid", 0)), 0)
-        except ProcessLookupError:
-            return "running (driver gone)"
-        except (OSError, ValueError):
-            pass
+    if (state == "running" and summary.get("host") == socket.gethostname()
+            and not is_recorded_driver(summary)):
+        return "running (driver gone)"
     return state
 
 
@@ -57,14 +55,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     import time
 
     from curator_dask import config
-    from curator_dask.jobs.summary import read_summary
+    from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
     work_dir = args.work_dir or config.get("jobs.work-dir")
     if args.job is None:
         rows = []
         names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
         for name in names:
-            summary = read_summary(os.path.join(work_dir, name, "job_summary.json"))
+            summary = read_summary(os.path.join(work_dir, name, SUMMARY_FILE))
             if summary is not None:
                 rows.append({**summary, "state": _job_state(summary)})
         if args.json:
@@ -88,7 +86,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                                                           "failed")))
         Console(width=None if sys.stdout.isatty() else 160).print(table)
         return EXIT_OK
-    path = os.path.join(work_dir, args.job, "job_summary.json")
+    path = os.path.join(work_dir, args.job, SUMMARY_FILE)
 
     def load() -> dict:
         summary = read_summary(path)
@@ -138,10 +136,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
         signal_driver,
         wait_for_state,
     )
-    from curator_dask.jobs.summary import read_summary
+    from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
     job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
-    summary = read_summary(os.path.join(job_dir, "job_summary.json"))
+    summary = read_summary(os.path.join(job_dir, SUMMARY_FILE))
     if summary is None:
         raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
     if summary.get("state") != "running":
@@ -151,7 +149,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     state = wait_for_state(job_dir, args.timeout if not args.force else min(args.timeout, 5))
     if state == "running" and args.force:
         try:
-            n = cancel_run_tasks(read_summary(os.path.join(job_dir, "job_summary.json")) or {},
+            n = cancel_run_tasks(read_summary(os.path.join(job_dir, SUMMARY_FILE)) or {},
                                  timeout=max(1.0, min(args.timeout, 10.0)))
             print(f"cancelled {n} Dask tasks of the run on its scheduler")
             state = wait_for_state(job_dir, args.timeout)

@@ -69,9 +69,7 @@ def _build(value: Any, where: str) -> Any:
     kwargs = {k: _build(v, f"{where}.{k}") for k, v in value.items() if k != "_target_"}
     try:
         return target(**kwargs)
-    except TypeError as exc:
-        raise PipelineDefinitionError(f"{where} ({value['_target_']}): {exc}") from None
-    except (ValueError, NotImplementedError, FileExistsError) as exc:
+    except (TypeError, ValueError, NotImplementedError, FileExistsError) as exc:
         raise PipelineDefinitionError(f"{where} ({value['_target_']}): {exc}") from None
 
 

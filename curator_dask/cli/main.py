@@ -354,10 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_slurm_retry(args, args.subparser)
         if args.command == "slurm" and args.slurm_command == "submit":
             return cmd_slurm_submit(args)
-    except UsageError as exc:
-        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except NotImplementedError as exc:
+    except (UsageError, NotImplementedError) as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -371,5 +368,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog} {args.command}: failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return EXIT_FAILED
-    parser.error(f"unknown command {args.command!r}")
-    return EXIT_USAGE
+    parser.error(f"unknown command {args.command!r}")  # exits

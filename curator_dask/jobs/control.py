@@ -9,8 +9,12 @@ import socket
 import time
 from typing import Any
 
-from curator_dask.jobs.run import STOP_REQUEST, _process_start_time
-from curator_dask.jobs.summary import read_summary
+from curator_dask.jobs.summary import (
+    STOP_REQUEST,
+    SUMMARY_FILE,
+    process_start_time,
+    read_summary,
+)
 
 
 class StopError(RuntimeError):
@@ -27,16 +31,25 @@ def wait_for_state(job_dir: str, timeout: float) -> str:
     """Wait until the job is no longer ``running``; returns its final (or current) state."""
     deadline = time.monotonic() + timeout
     while True:
-        summary = read_summary(os.path.join(job_dir, "job_summary.json")) or {}
+        summary = read_summary(os.path.join(job_dir, SUMMARY_FILE)) or {}
         state = summary.get("state", "?")
         if state != "running" or time.monotonic() >= deadline:
             return state
         time.sleep(0.2)
 
 
+def is_recorded_driver(summary: dict[str, Any]) -> bool:
+    """Whether the summary's pid is, on this machine, the process that wrote it (same start
+    time: a recycled pid is not)."""
+    pid = int(summary.get("pid") or 0)
+    recorded = summary.get("process_start")
+    actual = process_start_time(pid) if pid > 0 else None
+    return actual is not None and recorded is not None and abs(actual - float(recorded)) <= 1.0
+
+
 def signal_driver(job_dir: str, sig: int = signal.SIGTERM) -> int:
     """Signal the recorded driver after checking it is that process (host, pid, start time)."""
-    summary = read_summary(os.path.join(job_dir, "job_summary.json"))
+    summary = read_summary(os.path.join(job_dir, SUMMARY_FILE))
     if summary is None:
         msg = f"no job summary in {job_dir}"
         raise StopError(msg)
@@ -45,9 +58,7 @@ def signal_driver(job_dir: str, sig: int = signal.SIGTERM) -> int:
                "there")
         raise StopError(msg)
     pid = int(summary.get("pid", 0))
-    recorded = summary.get("process_start")
-    actual = _process_start_time(pid)
-    if actual is None or recorded is None or abs(actual - float(recorded)) > 1.0:
+    if not is_recorded_driver(summary):
         msg = (f"process {pid} is not the job's driver any more (it ended, or its pid was "
                "reused); nothing was signalled")
         raise StopError(msg)

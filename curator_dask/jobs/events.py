@@ -65,9 +65,10 @@ class EventLog:
             raise ValueError(msg)
         with self._lock:
             self._seq += 1
+            now = time.time()  # one reading: seconds and milliseconds agree
             record = {"seq": self._seq, "job_id": self.job_id, "run_id": self.run_id,
-                      "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-                      + f".{int(time.time() * 1000) % 1000:03d}Z",
+                      "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+                      + f".{int(now * 1000) % 1000:03d}Z",
                       "type": type_, **fields}
             self._file.write(json.dumps(record, default=str) + "\n")
             self._file.flush()

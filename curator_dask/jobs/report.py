@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from curator_dask.jobs.events import read_events
-from curator_dask.jobs.summary import read_summary
+from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
 PERFORMANCE_REPORT = "dask-performance-report.html"
 
@@ -118,7 +118,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 def render_report(job_dir: str) -> str:
     """The report's HTML (self-contained)."""
     events = read_events(os.path.join(job_dir, "events.jsonl"))
-    summary = read_summary(os.path.join(job_dir, "job_summary.json")) or {}
+    summary = read_summary(os.path.join(job_dir, SUMMARY_FILE)) or {}
     plots, resources = _plots(events)
     src = summary.get("sources") or {}
     attempts = [e for e in events if e.get("type") in ("job_start", "run_resume")]

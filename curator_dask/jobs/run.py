@@ -14,35 +14,27 @@ from typing import Any
 
 from curator_dask.jobs.events import EventLog
 from curator_dask.jobs.job import JobDirectory, new_job_id, validate_job_id
-from curator_dask.jobs.summary import write_summary
+from curator_dask.jobs.summary import (
+    STOP_REQUEST,
+    SUMMARY_FILE,
+    process_start_time,
+    write_summary,
+)
 from curator_dask.resumability.fingerprint import config_fingerprint, input_fingerprints
 
 logger = logging.getLogger(__name__)
 
 
-STOP_REQUEST = "stop_request.json"
-
-
-def _process_start_time(pid: int | None = None) -> float | None:
-    """When a process started (seconds since the epoch), to tell it from a recycled pid."""
-    try:
-        import psutil
-
-        return psutil.Process(pid or os.getpid()).create_time()
-    except Exception:  # noqa: BLE001 (no such process, or no psutil)
-        return None
-
-
-def _source_files(stages: Sequence[Any]) -> list[str]:
+def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
+    """``{path: listing info}`` of the source stage's input files."""
     from curator_dask.stages.file_partitioning import FilePartitioningStage
-    from curator_dask.utils.files import gather_file_records
+    from curator_dask.utils.files import gather_file_infos
 
     source = next((s for s in stages if s.is_source_stage), None)
     if not isinstance(source, FilePartitioningStage):
-        return []
-    records = gather_file_records(source.file_paths, extensions=source.file_extensions,
-                                  storage_options=source.storage_options)
-    return [path for path, _ in records]
+        return {}
+    return dict(gather_file_infos(source.file_paths, extensions=source.file_extensions,
+                                  storage_options=source.storage_options))
 
 
 class JobRun:
@@ -75,13 +67,16 @@ class JobRun:
         self.checkpoint_path = checkpoint_path or os.path.join(self.directory.path, "checkpoint")
         self.stages = list(stages)
         self.settings = dict(settings or {})
-        config = config_fingerprint(stages, checkpoint=self.checkpoint_path, **self.settings)
-        inputs = input_fingerprints(_source_files(stages), content=verify_content)
+        self.config = config = config_fingerprint(stages, checkpoint=self.checkpoint_path,
+                                                  **self.settings)
+        files = _source_files(stages)
+        inputs = input_fingerprints(files, content=verify_content, infos=files)
         if self.resumed:
             self.directory.verify_resume(config, inputs)
         else:
             self.directory.create(config, inputs)
         self.run_id = uuid.uuid4().hex[:8]
+        self.process_start = process_start_time()
         self.command = command
         # This attempt's driver log (curator_dask's records at INFO and above).
         self.log_path = os.path.join(self.directory.path, "logs", f"driver-{self.run_id}.log")
@@ -141,8 +136,6 @@ class JobRun:
         write_json_atomically(self.directory.file(PLAN_FILE), document, indent=2)
         import dask.config
 
-        from curator_dask.resumability.fingerprint import config_fingerprint
-
         # What this attempt ran with: every curator-dask setting as resolved (config files,
         # environment, defaults), the executor's choices, and the normalized pipeline.
         resolved = {
@@ -151,8 +144,7 @@ class JobRun:
             "executor": {k: getattr(executor, k, None) for k in (
                 "cluster_kind", "address", "n_workers", "threads_per_worker", "max_in_flight",
                 "max_sources_per_task", "fuse", "drain_timeout")},
-            "pipeline": config_fingerprint(self.stages, checkpoint=self.checkpoint_path,
-                                           **self.settings),
+            "pipeline": self.config,
         }
         write_json_atomically(self.directory.file("resolved_config.json"), resolved, indent=2,
                               default=str)
@@ -185,11 +177,11 @@ class JobRun:
             for key, value in live.snapshot().items():
                 extra.setdefault(key, value)
         write_summary(
-            self.directory.file("job_summary.json"),
+            self.directory.file(SUMMARY_FILE),
             job_id=self.job_id, run_id=self.run_id, state=self._state,
             started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             checkpoint=self.checkpoint_path, resume_command=self.resume_command,
-            process_start=_process_start_time(), **extra,
+            process_start=self.process_start, **extra,
         )
 
     def _heartbeat(self) -> None:

@@ -11,6 +11,18 @@ from typing import Any
 from curator_dask.utils.atomic import write_atomic
 
 STATES = ("running", "completed", "failed", "stopped")
+SUMMARY_FILE = "job_summary.json"
+STOP_REQUEST = "stop_request.json"  # left by `stop JOB`, polled by the driver
+
+
+def process_start_time(pid: int | None = None) -> float | None:
+    """When a process started (seconds since the epoch), to tell it from a recycled pid."""
+    try:
+        import psutil
+
+        return psutil.Process(pid or os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 (no such process, or no psutil)
+        return None
 
 
 def write_summary(path: str, **fields: Any) -> dict[str, Any]:

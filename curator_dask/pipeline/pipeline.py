@@ -161,7 +161,6 @@ class Pipeline:
         ckpt_config.boundaries(self.stages)  # names checked before anything starts
         job = None
         if work_dir is not None or job_id is not None or resume is not None:
-            from curator_dask import config
             from curator_dask.jobs.run import JobRun
 
             job = JobRun(self.stages, work_dir=work_dir or config.get("jobs.work-dir"),

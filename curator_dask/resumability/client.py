@@ -96,9 +96,6 @@ class CompletionClient:
         )
         return todo, skipped
 
-    def flush(self) -> dict[str, Any]:
-        return self._call("flush")
-
     def close(self) -> dict[str, Any]:
         """Flush every completion to the store, close it, and remove the plugin."""
         if self._closed:

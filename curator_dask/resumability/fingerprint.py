@@ -135,17 +135,19 @@ def _file_hash(fs: Any, path: str, chunk: int = 8 << 20) -> str:
 
 
 def input_fingerprints(
-    paths: Iterable[str], *, storage_options: dict | None = None, content: bool = False
+    paths: Iterable[str], *, storage_options: dict | None = None, content: bool = False,
+    infos: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{path: {"size", "mtime" or "etag"[, "sha256"]}}`` for each input file.
 
-    The default is cheap (metadata only); ``content=True`` reads every byte (sha256 over the
-    raw file, in C, never row by row in Python).
+    The default is cheap (metadata only; ``infos`` from a listing saves asking again per
+    file); ``content=True`` reads every byte (sha256 over the raw file, in C, never row by
+    row in Python).
     """
     result: dict[str, dict[str, Any]] = {}
     for path in paths:
         fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
-        info = fs.info(fs_path)
+        info = (infos or {}).get(path) or fs.info(fs_path)
         entry: dict[str, Any] = {"size": info.get("size")}
         etag = info.get("ETag") or info.get("etag")
         if etag:

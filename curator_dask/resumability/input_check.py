@@ -87,12 +87,15 @@ class InputCheck:
             names = sorted(self.fs.ls(self.root, detail=False))
         except FileNotFoundError:
             return {}
+        # One batched read (concurrent on object stores); a failed file comes back as its error.
+        files = [n for n in names if n.endswith(".json")]
+        blobs = self.fs.cat(files, on_error="return") if files else {}
         records: dict[str, dict[str, Any]] = {}
-        for name in names:
-            if not name.endswith(".json"):
-                continue
+        for name, blob in sorted(blobs.items()):
             try:
-                data = json.loads(self.fs.cat_file(name))
+                if isinstance(blob, BaseException):
+                    raise blob
+                data = json.loads(blob)
             except (OSError, ValueError) as exc:
                 logger.warning("input fingerprints: skipping unreadable %s: %s", name, exc)
                 continue

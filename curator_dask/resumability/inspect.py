@@ -8,8 +8,8 @@ import fsspec
 
 from curator_dask.resumability.store import (
     METADATA_DIRNAME,
-    list_writer_files,
     read_writer_files,
+    writer_file_sizes,
 )
 from curator_dask.utils.files import is_remote_url
 
@@ -56,12 +56,13 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
     remote = is_remote_url(checkpoint)
     shown = (lambda p: fs.unstrip_protocol(p)) if remote else (lambda p: p)
     report = CheckpointReport(checkpoint=checkpoint, metadata_dir=shown(meta))
-    paths = list_writer_files(fs, meta)
+    sizes = writer_file_sizes(fs, meta)
+    paths = list(sizes)
     union: set[str] = set()
     for path, (shown_path, ids, exc) in zip(
         paths, read_writer_files(fs, paths, remote=remote), strict=True
     ):
-        writer = WriterFile(path=shown_path, size=int(fs.info(path).get("size") or 0))
+        writer = WriterFile(path=shown_path, size=sizes[path])
         if ids is None:
             writer.error = f"{type(exc).__name__}: {exc}"
         else:

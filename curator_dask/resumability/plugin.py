@@ -204,8 +204,8 @@ class CompletionPlugin(SchedulerPlugin):
                 final.update(dict.fromkeys(done, True))
                 final.update(dict.fromkeys(undone, False))
             try:
-                self.store.remove([sid for sid, ok in final.items() if not ok])
-                self.store.add([sid for sid, ok in final.items() if ok])
+                self.store.update(add=[sid for sid, ok in final.items() if ok],
+                                  remove=[sid for sid, ok in final.items() if not ok])
                 self.store.maybe_publish()
             except Exception:  # noqa: BLE001 (kept for the driver)
                 self.errors.append(traceback.format_exc())

@@ -462,7 +462,8 @@ class CheckpointPlanner:
         """List the store once; drop entries of sources already complete (unless keep_all)."""
         self._listing = self.store.listing()
         if self.config.retention != "keep_all":
-            self._delete(done_source_ids)
+            # Only what the listing found: a source complete before this run made nothing now.
+            self._delete(done_source_ids, made=False)
 
     def candidates(self, source_id: str) -> list[tuple[int, int, str, str]]:
         """``[(group index, stage index, fingerprint, entry)]`` made by this stage chain."""
@@ -470,14 +471,17 @@ class CheckpointPlanner:
                 for stage, fp, name in self._listing.get(_entry_source(source_id), ())
                 if (stage, fp) in self._valid]
 
-    def _names(self, source_id: str) -> list[str]:
-        listed = [name for _, _, name in self._listing.get(_entry_source(source_id), ())]
-        made = [entry_name(source_id, stage, fp)
-                for stage, fp, _ in self.runtime.boundaries.values()]
-        return sorted(set(listed) | set(made))
+    def _names(self, source_id: str, *, made: bool = True) -> list[str]:
+        """Entries the listing found for the source, plus (``made``) those this run may have
+        saved."""
+        names = {name for _, _, name in self._listing.get(_entry_source(source_id), ())}
+        if made:
+            names.update(entry_name(source_id, stage, fp)
+                         for stage, fp, _ in self.runtime.boundaries.values())
+        return sorted(names)
 
-    def _delete(self, source_ids: Iterable[str]) -> None:
-        names = [n for sid in source_ids for n in self._names(sid)]
+    def _delete(self, source_ids: Iterable[str], *, made: bool = True) -> None:
+        names = [n for sid in source_ids for n in self._names(sid, made=made)]
         if names:
             self._futures.append(self._pool.submit(self.store.delete, names))
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 import fsspec
 import lmdb
 
+from curator_dask.utils.atomic import write_atomic
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
@@ -81,17 +82,23 @@ def needs_staging(checkpoint_url: str, mounts_file: str = "/proc/mounts") -> boo
     return fs_type is not None and fs_type.lower() in NETWORK_FS_TYPES
 
 
-def list_writer_files(fs, meta_dir: str) -> list[str]:
-    """``*.mdb`` files directly in ``meta_dir`` (listed, not globbed: the folder name may hold
-    glob characters such as ``[``), sorted."""
+def writer_file_sizes(fs, meta_dir: str) -> dict[str, int]:
+    """``{path: size}`` of the ``*.mdb`` files directly in ``meta_dir``, sorted by path (listed,
+    not globbed: the folder name may hold glob characters such as ``[``)."""
     try:
         entries = fs.ls(meta_dir, detail=True)
     except FileNotFoundError:
-        return []
-    return sorted(
-        e["name"] for e in entries
+        return {}
+    return {
+        e["name"]: int(e.get("size") or 0)
+        for e in sorted(entries, key=lambda e: e["name"])
         if e.get("type") != "directory" and e["name"].rstrip("/").endswith(".mdb")
-    )
+    }
+
+
+def list_writer_files(fs, meta_dir: str) -> list[str]:
+    """The ``*.mdb`` files directly in ``meta_dir``, sorted."""
+    return list(writer_file_sizes(fs, meta_dir))
 
 
 def read_writer_files(
@@ -215,25 +222,29 @@ class CompletionStore:
         return is_remote_url(self.checkpoint_url)
 
     # -- writing ----------------------------------------------------------------------------
-    def add(self, source_ids: Iterable[str]) -> None:
-        """Record completed sources in one transaction (sorted keys write fastest)."""
-        keys = sorted({sid.encode() for sid in source_ids})
-        if not keys:
+    def update(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
+        """Forget ``remove`` and record ``add`` in one transaction (sorted keys write fastest).
+
+        Only this writer's own file changes; other writers' files are never touched.
+        """
+        puts = sorted({sid.encode() for sid in add})
+        deletes = [sid.encode() for sid in remove]
+        if not puts and not deletes:
             return
         with self._lock, self.env.begin(write=True, db=self.db) as txn:
-            for key in keys:
+            for key in deletes:
+                txn.delete(key, db=self.db)
+            for key in puts:
                 txn.put(key, b"1", db=self.db, overwrite=True)
             self._dirty = True
 
+    def add(self, source_ids: Iterable[str]) -> None:
+        """Record completed sources."""
+        self.update(add=source_ids)
+
     def remove(self, source_ids: Iterable[str]) -> None:
-        """Forget sources in this writer's own file (other writers' files are never touched)."""
-        keys = [sid.encode() for sid in source_ids]
-        if not keys:
-            return
-        with self._lock, self.env.begin(write=True, db=self.db) as txn:
-            for key in keys:
-                txn.delete(key, db=self.db)
-            self._dirty = True
+        """Forget sources in this writer's own file."""
+        self.update(remove=source_ids)
 
     def publish(self, *, force: bool = False) -> bool:
         """Upload a snapshot of the writer file when staged and dirty; True if one was made."""
@@ -249,13 +260,11 @@ class CompletionStore:
             self._dirty = False
         try:
             if self._is_remote():
-                self.fs.put_file(snapshot, self.remote_path)
-            else:
-                tmp = self.remote_path + f".{os.getpid()}.tmp"
-                shutil.copyfile(snapshot, tmp)
-                with open(tmp, "rb+") as f:
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.remote_path)
+                self.fs.put_file(snapshot, self.remote_path)  # one PUT: atomic
+            else:  # a network file system: temp file, fsync, rename
+                with open(snapshot, "rb") as src:
+                    write_atomic(self.fs, self.remote_path,
+                                 lambda f: shutil.copyfileobj(src, f))
         except BaseException:
             self._dirty = True
             raise

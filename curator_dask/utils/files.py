@@ -38,6 +38,22 @@ def gather_file_records(
         >>> gather_file_records("memory://nothing-here/", extensions=[".jsonl"])
         []
     """
+    records = [(p, _size(info)) for p, info in gather_file_infos(
+        paths, extensions=extensions, storage_options=storage_options)]
+    # Stable: with sort_by_size, equal sizes keep the listing order of the entries.
+    records.sort(key=(lambda x: x[1]) if sort_by_size else (lambda x: x[0]))
+    return records
+
+
+def gather_file_infos(
+    paths: str | list[str],
+    *,
+    extensions: Iterable[str] | None,
+    storage_options: dict | None = None,
+) -> list[tuple[str, dict]]:
+    """``(path, fsspec info)`` of every matching file under ``paths``: each entry's files in
+    path order, entries in the given order, with the listing's own metadata (size, mtime or
+    ETag) and one metadata request per entry."""
     if isinstance(paths, str):
         roots_in, recurse = [paths], True
     elif isinstance(paths, list):
@@ -46,22 +62,25 @@ def gather_file_records(
         msg = f"Invalid file paths: {paths}, must be a string or list of strings"
         raise TypeError(msg)
     keep = None if extensions is None else {e.casefold().lstrip(".") for e in extensions}
-    records: list[tuple[str, int]] = []
+    records: list[tuple[str, dict]] = []
     for entry in roots_in:
         fs, _ = fsspec.core.url_to_fs(entry, **(storage_options or {}))
         remote = is_remote_url(entry)
-        listing: list[tuple[str, int]] = []
+        listing: list[tuple[str, dict]] = []
         for root in fs.expand_path(entry, recursive=False):
-            if fs.isdir(root):
+            try:
+                info = fs.info(root)
+            except FileNotFoundError:
+                continue
+            if info.get("type") == "directory":
                 found = fs.find(root, maxdepth=None if recurse else 1, withdirs=False, detail=True)
-                listing.extend((p, _size(info)) for p, info in found.items())
-            elif fs.exists(root):
-                listing.append((root, _size(fs.info(root))))
-        listing = [(fs.unstrip_protocol(p) if remote else p, s) for p, s in listing]
-        listing = [(p, s) for p, s in listing if _keep(p, keep)]
+                listing.extend(found.items())
+            else:
+                listing.append((root, info))
+        listing = [(fs.unstrip_protocol(p) if remote else p, i) for p, i in listing]
+        listing = [(p, i) for p, i in listing if _keep(p, keep)]
         listing.sort(key=lambda x: x[0])
         records.extend(listing)
-    records.sort(key=(lambda x: x[1]) if sort_by_size else (lambda x: x[0]))
     return records
 
 

@@ -9,6 +9,7 @@ stay on the workers; the driver only receives the sink's output tasks and counts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import itertools
 import logging
@@ -449,24 +450,22 @@ class DaskExecutor(BaseExecutor):
             self._client = Client(self._cluster.cluster)
         timeout = _config.get("cluster.wait-for-workers-timeout")
         self._client.wait_for_workers(1, timeout=timeout)
-        link = getattr(self._client, "dashboard_link", None)
-        if link and self._dashboard_available():
+        if self._dashboard_on is None:  # a cluster we did not start: ask its scheduler once
+            try:
+                services = self._client.scheduler_info(n_workers=0).get("services", {})
+                self._dashboard_on = "dashboard" in services
+            except Exception:  # noqa: BLE001 (informational only)
+                self._dashboard_on = False
+        link = self.dashboard_link()
+        if link:
             logger.info("Dask dashboard: %s", link)
         return self._client
 
     def dashboard_link(self) -> str | None:
         """The dashboard URL when a dashboard is running, else ``None``."""
-        if self._client is None or not self._dashboard_available():
+        if self._client is None or not self._dashboard_on:
             return None
         return getattr(self._client, "dashboard_link", None)
-
-    def _dashboard_available(self) -> bool:
-        if self._dashboard_on is not None:
-            return self._dashboard_on
-        try:
-            return "dashboard" in self._client.scheduler_info().get("services", {})
-        except Exception:  # noqa: BLE001 (informational only)
-            return False
 
     def close(self) -> None:
         """Close the embedded cluster (a given client or address is only disconnected)."""
@@ -627,7 +626,7 @@ class DaskExecutor(BaseExecutor):
         result.wall_time = time.perf_counter() - started
         mark("end")
         result.timings = timings
-        result.dashboard_link = self.dashboard_link() if self._client is not None else None
+        result.dashboard_link = self.dashboard_link()
         logger.info(
             "Finished %d sources in %.2f s: %d output tasks", len(todo), result.wall_time,
             len(outputs),
@@ -703,11 +702,11 @@ class DaskExecutor(BaseExecutor):
         started = time.perf_counter()
         client.register_plugin(host, name=host.name)
         logger.debug("stages sent to workers in %.3f s", time.perf_counter() - started)
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-        threads = sum(w["nthreads"] for w in workers.values())
+        workers = client.nthreads()  # {address: threads}
+        threads = sum(workers.values())
         window = self.max_in_flight or max(1, 2 * threads)
         bars = _StageBars(stages, plan, len(sources), self.progress,
-                          self.dashboard_link(), on_advance=self.live.stage_advanced)
+                          self.live.dashboard, on_advance=self.live.stage_advanced)
         live = self.live
         outputs: list[Task] = []
         in_flight: dict = {}
@@ -736,7 +735,7 @@ class DaskExecutor(BaseExecutor):
             while True:
                 last = stopped.wait(2.0)
                 try:
-                    now = set(client.scheduler_info(n_workers=-1)["workers"])
+                    now = set(client.nthreads())
                 except Exception:  # noqa: BLE001 (the run itself reports a lost scheduler)
                     return
                 for address in sorted(known - now):
@@ -776,7 +775,7 @@ class DaskExecutor(BaseExecutor):
                 if group is not plan.groups[-1]:
                     bars.watch(previous, group, len(chunk))
             in_flight[previous] = [t._source_id or t.task_id for t in chunk]
-            live.sources["in_flight"] = sum(len(v) for v in in_flight.values())
+            live.sources["in_flight"] += len(chunk)
             done.add(previous)
 
         report = _performance_report(client, self.performance_report)
@@ -789,6 +788,7 @@ class DaskExecutor(BaseExecutor):
                 submit_next()
             for future, result in _completed(done):
                 ids = in_flight.pop(future)
+                live.sources["in_flight"] -= len(ids)
                 future.release()
                 if not isinstance(result, GroupResult):  # cancelled (drain, stop --force)
                     if not self._stop.is_set():
@@ -806,7 +806,6 @@ class DaskExecutor(BaseExecutor):
                 if planner is not None:
                     planner.sources_finished(ids, result.failed)
                 submit_next()
-                live.sources["in_flight"] = sum(len(v) for v in in_flight.values())
         except BaseException:
             client.cancel(list(in_flight), force=True)
             raise
@@ -894,7 +893,8 @@ class _performance_report:
     """``distributed.performance_report`` for one run; a failure to save only logs a warning."""
 
     def __init__(self, client: Any, path: str | None) -> None:
-        self.client, self.path, self._cm = client, path, None
+        self.client, self.path = client, path
+        self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> None:
         if not self.path:
@@ -902,21 +902,14 @@ class _performance_report:
         try:
             from distributed import performance_report
 
-            self._current = self.client.as_current()
-            self._current.__enter__()
-            self._cm = performance_report(filename=self.path)
-            self._cm.__enter__()
+            self._stack.enter_context(self.client.as_current())
+            self._stack.enter_context(performance_report(filename=self.path))
         except Exception as exc:  # noqa: BLE001 (bokeh missing, or an old distributed)
             logger.warning("no Dask performance report for this run: %s", exc)
-            self._cm = None
+            self._stack.close()
 
     def __exit__(self, *exc: object) -> None:
-        if self._cm is None:
-            return
         try:
-            self._cm.__exit__(None, None, None)
-            logger.info("Dask performance report: %s", self.path)
+            self._stack.close()  # the report is saved here
         except Exception as error:  # noqa: BLE001 (the report must not fail the run)
             logger.warning("could not save the Dask performance report: %s", error)
-        finally:
-            self._current.__exit__(None, None, None)

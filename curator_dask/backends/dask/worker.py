@@ -135,6 +135,9 @@ class StageHost(WorkerPlugin):
             logger.warning("teardown failed on %s: %s", self.worker_id, "; ".join(errors))
 
     def adapter(self, index: int) -> StageAdapter:
+        found = self._adapters.get(index)
+        if found is not None:  # set up already: no lock on the per-task path
+            return found
         with self._lock:
             found = self._adapters.get(index)
             if found is None:

@@ -80,7 +80,9 @@ class JsonlReaderStage(BaseReaderStage):
             compression == "infer" and infer_compression(path) is not None
         ):
             return None
-        return path[len("file://"):] if path.startswith("file://") else path
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem._strip_protocol(path)  # file:// and local:// alike
 
     def _read_arrow(self, path: str) -> pa.Table:
         local = self._direct_local_path(path)
