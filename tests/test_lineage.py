@@ -222,8 +222,8 @@ class TestAssignRootTaskIds:
         assign_root_task_ids([task])
         assert task.task_id == "0_0"
 
-    def test_empty_list_is_a_no_op(self) -> None:
-        assign_root_task_ids([])
+    def test_empty_list_does_not_raise(self) -> None:
+        assert assign_root_task_ids([]) is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,7 +268,9 @@ class TestAssignTaskIdsVectors:
         assert out.task_id == "0_7_0"
 
     def test_one_to_zero(self) -> None:
-        assign_task_ids([with_id(doc(), "0_7")], [], is_source=False)
+        parent = with_id(doc(), "0_7")
+        assign_task_ids([parent], [], is_source=False)
+        assert parent.task_id == "0_7"  # nothing to name; the parent is left alone
 
     def test_fan_out_of_one_input_with_sentinels(self) -> None:
         parent = with_id(doc(), "0_3")
@@ -326,6 +328,7 @@ class TestAssignTaskIdsVectors:
     def test_m_to_zero_is_m_to_k(self) -> None:
         parents = [with_id(doc(), "0_0"), with_id(doc(), "0_1")]
         assign_task_ids(parents, [], is_source=False)
+        assert [p.task_id for p in parents] == ["0_0", "0_1"]
 
     def test_same_object_still_appends_a_segment(self) -> None:
         task = with_id(doc(), "0_5")

@@ -95,15 +95,26 @@ def test_fanout_filter_batch_ids_and_counts(executor, jsonl_input, tmp_path):
 
 
 def test_fusion_on_and_off_give_identical_ids_and_outputs(executor, jsonl_input, tmp_path):
+    from distributed import get_task_stream
+
     input_dir = os.path.dirname(jsonl_input[0])
-    fused = _fanout_pipeline(input_dir, str(tmp_path / "a"), str(tmp_path / "a.log")).run(
-        executor=executor)
-    with DaskExecutor(client=executor.start(), fuse=False, progress=False) as unfused_ex:
+    client = executor.start()
+    with get_task_stream(client=client) as fused_stream:
+        fused = _fanout_pipeline(input_dir, str(tmp_path / "a"), str(tmp_path / "a.log")).run(
+            executor=executor)
+    with DaskExecutor(client=client, fuse=False, progress=False) as unfused_ex, \
+            get_task_stream(client=client) as unfused_stream:
         unfused = _fanout_pipeline(input_dir, str(tmp_path / "b"), str(tmp_path / "b.log")).run(
             executor=unfused_ex)
     assert sorted(t.task_id for t in fused) == sorted(t.task_id for t in unfused)
     assert _read_outputs(str(tmp_path / "a")) == _read_outputs(str(tmp_path / "b"))
-    assert executor.fuse and not unfused_ex.fuse
+
+    def groups(stream) -> set[str]:  # Dask keys are <group label>-<run>-<source>
+        return {str(d["key"]).rsplit("-", 2)[0] for d in stream.data}
+
+    assert len(groups(fused_stream)) == 1 and "+" in next(iter(groups(fused_stream)))
+    assert len(groups(unfused_stream)) > 1
+    assert not any("+" in g for g in groups(unfused_stream))
 
 
 def test_setup_on_node_once_per_host_before_setup(executor, jsonl_input, tmp_path):
@@ -172,10 +183,15 @@ def test_gpu_stage_runs_on_workers_with_gpu_resource(jsonl_input, tmp_path):
     p.add_stage(JsonlReader(file_paths=os.path.dirname(jsonl_input[0])))
     p.add_stage(NeedsGpu())
     p.add_stage(JsonlWriter(path=str(tmp_path / "out")))
+    from distributed import get_task_stream
+
     ex = DaskExecutor(n_workers=1, progress=False, cluster_kwargs={"resources": {"GPU": 1}})
-    result = p.run(executor=ex)
+    with ex, get_task_stream(client=ex.start()) as stream:
+        result = p.run(executor=ex)
     assert len(result) == len(jsonl_input)
-    # reader and writer run in their own groups around the GPU group
+    # the GPU stage is its own Dask task (resources differ), between reader and writer
+    groups = {str(d["key"]).rsplit("-", 2)[0] for d in stream.data}
+    assert groups == {"jsonl_reader", "needs_gpu", "jsonl_writer"}
     assert ex._client is None  # embedded cluster closed after the run
 
 

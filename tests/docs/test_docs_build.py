@@ -90,8 +90,12 @@ def test_cli_reference_text_matches_the_parser():
     from curator_dask.cli.main import build_parser
 
     text = gen_cli_reference.render(build_parser())
-    assert "python -m curator_dask run" in text
-    assert "{#run}" in text
+    for path, parser, _summary in gen_cli_reference.walk(build_parser()):
+        anchor = "{#" + gen_cli_reference.anchor(path) + "}"
+        assert anchor in text, path
+        section = text.split(anchor, 1)[1].split("\n## ", 1)[0]  # up to the next command
+        for option in _options(parser):
+            assert re.search(rf"`[^`]*{re.escape(option)}\b", section), (path, option)
 
 
 def test_configuration_keys_have_working_environment_variables():

@@ -79,7 +79,7 @@ def test_from_env_reads_slurm_fallbacks():
     assert (config.shard_index, config.total_shards, config.minimum_shard_index) == (7, 11, 0)
 
 
-def test_from_env_dataclass_fields_and_default():
+def test_minimum_shard_index_defaults_to_zero():
     config = SlurmArrayConfig(3, 8)
     assert (config.shard_index, config.total_shards, config.minimum_shard_index) == (3, 8, 0)
 

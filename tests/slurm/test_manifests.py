@@ -514,7 +514,9 @@ def test_builder_validation_errors(tmp_path, shard, total, minimum, message):
 
 def test_builder_accepts_range_edges(tmp_path):
     for shard in (1, 10):
-        assert build_slurm_array_completion_manifest(tmp_path, shard, 10, 1) is not None
+        manifest = build_slurm_array_completion_manifest(tmp_path, shard, 10, 1)
+        assert manifest.identity == {"minimum_shard_index": 1, "shard_index": shard,
+                                     "total_shards": 10}
 
 
 def test_nested_identity_flattened_metadata_and_extra(tmp_path):
@@ -898,7 +900,7 @@ def test_retries_for_missing_shards(tmp_path):
 
 
 def test_retries_all_shards_when_none_completed(tmp_path):
-    assert build_slurm_array_completion_manifest(str(tmp_path), 1, 3, 1) is not None
+    build_slurm_array_completion_manifest(str(tmp_path), 1, 3, 1)  # writes run.json only
     plan = find_slurm_array_retries(str(tmp_path))
     assert plan == SlurmArrayRetryPlan(shard_indices=(1, 2, 3), total_shards=3,
                                        minimum_shard_index=1)
