@@ -92,6 +92,17 @@ class SlurmArrayConfig:
 
     def validate(self) -> SlurmArrayConfig:
         """Raise for impossible values; warn (only) for a shard outside the range."""
+        self.check_values()
+        if not self.minimum_shard_index <= self.shard_index <= self.maximum_shard_index:
+            logger.warning(
+                "shard_index=%s is outside the assignable shard range [%s, %s]. This task will "
+                "not receive any source tasks.",
+                self.shard_index, self.minimum_shard_index, self.maximum_shard_index,
+            )
+        return self
+
+    def check_values(self) -> SlurmArrayConfig:
+        """Raise ``ValueError`` for a non-positive total or a negative index (CONTRACT §5.3)."""
         if self.total_shards <= 0:
             msg = f"total_shards must be greater than 0, got {self.total_shards}"
             raise ValueError(msg)
@@ -101,12 +112,6 @@ class SlurmArrayConfig:
         if self.shard_index < 0:
             msg = f"shard_index must be non-negative, got {self.shard_index}"
             raise ValueError(msg)
-        if not self.minimum_shard_index <= self.shard_index <= self.maximum_shard_index:
-            logger.warning(
-                "shard_index=%s is outside the assignable shard range [%s, %s]. This task will "
-                "not receive any source tasks.",
-                self.shard_index, self.minimum_shard_index, self.maximum_shard_index,
-            )
         return self
 
 

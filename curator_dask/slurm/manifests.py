@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from curator_dask.slurm.array import SlurmArrayConfig
 from curator_dask.utils.atomic import fsync_dir
 
 METADATA_DIRNAME = ".nemo_curator_metadata"
@@ -242,16 +243,8 @@ def build_slurm_array_completion_manifest(
     """The shard's manifest (``None`` without a checkpoint); creates or checks ``run.json``."""
     if checkpoint_path is None:
         return None
-    if total_shards <= 0:
-        msg = f"total_shards must be greater than 0, got {total_shards}"
-        raise ValueError(msg)
-    if minimum_shard_index < 0:
-        msg = f"minimum_shard_index must be non-negative, got {minimum_shard_index}"
-        raise ValueError(msg)
-    if shard_index < 0:
-        msg = f"shard_index must be non-negative, got {shard_index}"
-        raise ValueError(msg)
-    maximum = minimum_shard_index + total_shards - 1
+    config = SlurmArrayConfig(shard_index, total_shards, minimum_shard_index).check_values()
+    maximum = config.maximum_shard_index
     if not minimum_shard_index <= shard_index <= maximum:
         msg = (f"shard_index {shard_index} is outside the shard range "
                f"[{minimum_shard_index}, {maximum}]")
