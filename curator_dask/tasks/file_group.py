@@ -38,4 +38,4 @@ class FileGroupTask(Task[list[str]]):
         return True
 
     def get_deterministic_id(self) -> str:
-        return get_deterministic_hash(sorted(self.data))
+        return get_deterministic_hash(self.data)  # it sorts
