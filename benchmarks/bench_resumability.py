@@ -109,12 +109,18 @@ def record(case: str, setup: str, a: str, b: str, ratio: str) -> None:
     )
 
 
-def case_overhead(args) -> None:
+def throughput_input(data: str) -> str:
+    """The throughput pipeline's input: 64 JSONL files x 20,000 documents (made once)."""
     from curator_dask.sample_data import generate_jsonl
 
-    src = os.path.join(args.data, "in-64x20000")
-    if len([f for f in os.listdir(src)] if os.path.isdir(src) else []) != 64:
+    src = os.path.join(data, "in-64x20000")
+    if len(os.listdir(src) if os.path.isdir(src) else []) != 64:
         generate_jsonl(src, files=64, docs_per_file=20_000, short_fraction=0.1)
+    return src
+
+
+def case_overhead(args) -> None:
+    src = throughput_input(args.data)
     off, on = [], []
     for _ in range(args.repeat):
         for label, runs in (("off", off), ("on", on)):
@@ -138,11 +144,7 @@ def case_stage_checkpoints(args) -> None:
     """The cost of writing stage checkpoints: the throughput pipeline with a completion
     checkpoint in both runs, stage checkpoints disabled vs every_stage (the reader's and the
     filter's outputs, Arrow IPC, deleted as each source completes)."""
-    from curator_dask.sample_data import generate_jsonl
-
-    src = os.path.join(args.data, "in-64x20000")
-    if len([f for f in os.listdir(src)] if os.path.isdir(src) else []) != 64:
-        generate_jsonl(src, files=64, docs_per_file=20_000, short_fraction=0.1)
+    src = throughput_input(args.data)
     off, on, saved = [], [], None
     for _ in range(args.repeat):
         for label, runs in (("disabled", off), ("every_stage", on)):
