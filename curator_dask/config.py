@@ -35,3 +35,13 @@ def get(key: str, override: Any = None) -> Any:
     if override is not None:
         return override
     return dask.config.get(f"curator-dask.{key}")
+
+
+def section(key: str) -> dict[str, Any]:
+    """``curator-dask.<key>`` as keyword arguments: dashed config keys become underscores.
+
+    Example:
+        >>> section("stage-checkpoints")["strategy"]
+        'disabled'
+    """
+    return {k.replace("-", "_"): v for k, v in dask.config.get(f"curator-dask.{key}").items()}

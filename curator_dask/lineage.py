@@ -1,4 +1,4 @@
-"""Task identity rules of NeMo Curator 1.4 (CONTRACT §1), in one pure module.
+"""Task identity rules of NeMo Curator 1.4 (docs/design/contract.md §1), in one pure module.
 
 Every id the package assigns comes from here: the executor's adapter, the writers' file names
 and the root ids of ``Pipeline.run``. This module imports neither Dask nor LMDB.
@@ -31,12 +31,15 @@ def get_deterministic_hash(inputs: Iterable[str], seed: str = "") -> str:
 
 
 def child_task_id(parent_task_id: str, suffix: str | int) -> str:
-    """``"<parent>_<suffix>"``, or ``str(suffix)`` when the parent id is empty (CONTRACT §1.2)."""
+    """``"<parent>_<suffix>"``, or ``str(suffix)`` when the parent id is empty.
+
+    See docs/design/contract.md §1.2.
+    """
     return f"{parent_task_id}_{suffix}" if parent_task_id else str(suffix)
 
 
 def source_id_of(task_id: str) -> str:
-    """The last ``_``-separated segment of a task id (CONTRACT §1.3)."""
+    """The last ``_``-separated segment of a task id (docs/design/contract.md §1.3)."""
     return task_id.rsplit("_", 1)[-1]
 
 
@@ -71,7 +74,7 @@ def is_sentinel(task: object) -> bool:
 
 
 def assign_root_task_ids(initial_tasks: Sequence[Task]) -> None:
-    """Give user-supplied initial tasks the ids ``"0_<i>"`` (CONTRACT §1.7).
+    """Give user-supplied initial tasks the ids ``"0_<i>"`` (docs/design/contract.md §1.7).
 
     ``EmptyTask`` elements are skipped and keep ``"0"``, but still count in the index.
     """
@@ -81,7 +84,7 @@ def assign_root_task_ids(initial_tasks: Sequence[Task]) -> None:
 
 
 def assign_task_ids(inputs: Sequence[Task], outputs: Sequence[Task], *, is_source: bool) -> None:
-    """Assign lineage ids to ``outputs`` of one stage call, in place (CONTRACT §1.8).
+    """Assign lineage ids to ``outputs`` of one stage call, in place (docs/design/contract.md §1.8).
 
     - one input: ``"<parent>_<i>"`` per output (fan-out, 1:1, and source fan-out from the root,
       where a source output uses ``get_deterministic_id()`` when it has one);
@@ -110,7 +113,9 @@ def assign_task_ids(inputs: Sequence[Task], outputs: Sequence[Task], *, is_sourc
 
 
 def output_basename(source_files: Sequence[str] | None, task_id: str) -> str | None:
-    """The writer's base file name for an input task (CONTRACT §6.2, made replay-safe).
+    """The writer's base file name for an input task, made replay-safe.
+
+    See docs/design/contract.md §6.2.
 
     With ``source_files``: ``get_deterministic_hash(source_files, task_id)``. Without them,
     NeMo Curator falls back to a uuid; here a lineage id hashes to a stable name instead, so a

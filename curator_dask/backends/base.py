@@ -1,18 +1,186 @@
-"""The executor interface shared by every backend (CONTRACT §7.1)."""
+"""The run contract between ``Pipeline.run``, the job layer and executors.
+
+``Pipeline.run`` validates everything a run asks for once, into a frozen :class:`RunOptions`,
+and hands it to ``executor.execute(stages, initial_tasks, options=..., observer=...)`` together
+with a :class:`RunObserver` (the job layer, or nothing). The plain two-argument call
+``execute(stages, initial_tasks)`` is NeMo Curator's and keeps working. See
+docs/design/architecture.md ("The run contract").
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from curator_dask.stages.base import NodeInfo, WorkerMetadata
 
 if TYPE_CHECKING:
+    from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+    from curator_dask.slurm.array import SlurmArrayConfig
     from curator_dask.stages.base import ProcessingStage
     from curator_dask.tasks import Task
 
-__all__ = ["BaseExecutor", "NodeInfo", "WorkerMetadata"]
+__all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunObserver", "RunOptions",
+           "WorkerMetadata"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """What one run asks of its executor, validated once by :meth:`build`.
+
+    Attributes:
+        checkpoint_path: the completion checkpoint (normalized: an absolute local path or a
+            URL), or ``None`` for a run that records nothing.
+        checkpoint_storage_options: fsspec options for a remote checkpoint.
+        stage_checkpoints: the coerced :class:`StageCheckpoints` (disabled by default).
+        verify_inputs: ``off``, ``fingerprint`` or ``content``.
+        on_input_change: ``reprocess`` or ``error``.
+        slurm_array: the array shard to process, or ``None`` for every source.
+        performance_report: where to save Dask's performance report of the run, if anywhere.
+
+    Example:
+        >>> RunOptions().requested()
+        []
+        >>> RunOptions(checkpoint_path="/tmp/ckpt").requested()
+        ['checkpoint_path']
+    """
+
+    checkpoint_path: str | None = None
+    checkpoint_storage_options: dict | None = None
+    stage_checkpoints: StageCheckpoints | None = None
+    verify_inputs: str = "off"
+    on_input_change: str = "reprocess"
+    slurm_array: SlurmArrayConfig | None = None
+    performance_report: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stage_checkpoints is None:
+            from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
+            object.__setattr__(self, "stage_checkpoints", StageCheckpoints())
+
+    @classmethod
+    def build(
+        cls,
+        stages: Sequence[Any],
+        *,
+        checkpoint_path: str | None = None,
+        checkpoint_storage_options: dict | None = None,
+        stage_checkpoints: Any = None,
+        verify_inputs: str | None = None,
+        on_input_change: str | None = None,
+        slurm_array: Any = None,
+        performance_report: str | None = None,
+        job: bool = False,
+    ) -> RunOptions:
+        """Resolve config defaults and check every value against the built ``stages``.
+
+        ``slurm_array=None`` reads the array variables of this (driver) process; ``False``
+        processes every source. With ``job=True`` the checkpoint comes later, from the job
+        (:meth:`for_job`), so the checks that need one wait until then.
+        """
+        from curator_dask import config
+        from curator_dask.resumability.input_check import MODES, ON_CHANGE
+        from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
+        if stage_checkpoints is None:
+            stage_checkpoints = config.section("stage-checkpoints")
+        ckpt = StageCheckpoints.coerce(stage_checkpoints)
+        ckpt.boundaries(stages)  # stage names are checked before anything starts
+        verify_inputs = config.get("checkpoint.verify-inputs", verify_inputs)
+        on_input_change = config.get("checkpoint.on-input-change", on_input_change)
+        if verify_inputs not in MODES:
+            msg = f"verify_inputs must be one of {', '.join(MODES)} (got {verify_inputs!r})"
+            raise ValueError(msg)
+        if on_input_change not in ON_CHANGE:
+            msg = (f"on_input_change must be one of {', '.join(ON_CHANGE)} "
+                   f"(got {on_input_change!r})")
+            raise ValueError(msg)
+        if slurm_array is None:
+            from curator_dask.slurm.array import SlurmArrayConfig
+
+            slurm_array = SlurmArrayConfig.from_env()
+        options = cls(checkpoint_path=checkpoint_path,
+                      checkpoint_storage_options=checkpoint_storage_options,
+                      stage_checkpoints=ckpt, verify_inputs=verify_inputs,
+                      on_input_change=on_input_change, slurm_array=slurm_array or None,
+                      performance_report=performance_report)
+        return options if job else options.checked(stages)
+
+    def for_job(self, stages: Sequence[Any], checkpoint_path: str,
+                performance_report: str | None) -> RunOptions:
+        """The options with the job's checkpoint and report path, checked."""
+        return dataclasses.replace(self, checkpoint_path=checkpoint_path,
+                                   performance_report=performance_report).checked(stages)
+
+    def checked(self, stages: Sequence[Any]) -> RunOptions:
+        """Check what depends on the checkpoint; returns a copy with its URL normalized."""
+        ckpt = self.stage_checkpoints
+        if self.checkpoint_path is None:
+            if ckpt.enabled or self.verify_inputs != "off":
+                what = (f"stage_checkpoints={ckpt.strategy!r}" if ckpt.enabled
+                        else f"verify_inputs={self.verify_inputs!r}")
+                msg = (f"{what} needs checkpoint_path (or a job, whose checkpoint is in its "
+                       "folder): it works on the completion checkpoint")
+                raise ValueError(msg)
+            return self
+        non_resumable = [s.name for s in stages if not s.is_resumable]
+        if non_resumable:
+            msg = (
+                f"checkpoint_path was set, but these stages are not marked resumable: "
+                f"{non_resumable}. Set is_resumable=True on a stage only once you've "
+                f"confirmed its input\u2192output mapping is resumability-safe."
+            )
+            raise ValueError(msg)
+        from curator_dask.resumability.client import normalize_checkpoint_url
+
+        return dataclasses.replace(self,
+                                   checkpoint_path=normalize_checkpoint_url(self.checkpoint_path))
+
+    def fingerprint_settings(self) -> dict[str, Any]:
+        """The settings a job's strict resume compares (besides stages and checkpoint)."""
+        return {"stage_checkpoints": self.stage_checkpoints.to_dict(),
+                "verify_inputs": self.verify_inputs, "on_input_change": self.on_input_change}
+
+    def requested(self) -> list[str]:
+        """Names of the options that differ from a plain run (what a foreign executor lacks)."""
+        plain = RunOptions()
+        return [f.name for f in dataclasses.fields(self)
+                if f.name != "performance_report" and getattr(self, f.name) != getattr(plain,
+                                                                                      f.name)]
+
+
+@runtime_checkable
+class RunObserver(Protocol):
+    """What an executor tells the one who started the run (the job layer implements it).
+
+    ``bind`` comes first, at the start of ``execute``: ``stop(reason)`` asks the run to drain
+    and stop, ``progress()`` returns a live snapshot (a dict). ``plan_built`` receives the
+    execution plan the run actually built (its JSON form) and the executor's settings;
+    ``event`` receives each run event (``sources_planned``, ``stage_complete``, ...).
+    """
+
+    def bind(self, *, stop: Callable[[str], None], progress: Callable[[], dict]) -> None: ...
+
+    def plan_built(self, plan: dict[str, Any], settings: dict[str, Any]) -> None: ...
+
+    def event(self, type_: str, **fields: Any) -> None: ...
+
+
+class NullObserver:
+    """A :class:`RunObserver` that ignores everything (runs that are not jobs)."""
+
+    def bind(self, *, stop: Callable[[str], None], progress: Callable[[], dict]) -> None:
+        """Nothing to bind."""
+
+    def plan_built(self, plan: dict[str, Any], settings: dict[str, Any]) -> None:
+        """Nothing to record."""
+
+    def event(self, type_: str, **fields: Any) -> None:
+        """Nothing to record."""
 
 
 class BaseExecutor(ABC):
@@ -25,6 +193,10 @@ class BaseExecutor(ABC):
 
     @abstractmethod
     def execute(
-        self, stages: list[ProcessingStage], initial_tasks: list[Task] | None = None
+        self,
+        stages: list[ProcessingStage],
+        initial_tasks: list[Task] | None = None,
+        options: RunOptions | None = None,
+        observer: RunObserver | None = None,
     ) -> list[Task]:
         """Run ``stages`` (already built) and return the last stage's output tasks."""

@@ -1,4 +1,4 @@
-"""CLI commands for jobs and checkpoints: status, stop, checkpoint inspect, job options."""
+"""CLI commands for jobs: status, stop, report, and the job options of ``run``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,47 @@ import argparse
 import sys
 
 from curator_dask.cli.common import EXIT_FAILED, EXIT_OK, PROG, UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``status``, ``stop`` and ``report`` parsers to the top-level subparsers."""
+    status = sub.add_parser("status", help="show jobs, or one job's progress",
+                            description="Without JOB: a table of the jobs in the work dir. "
+                                        "With JOB: its state and per-stage counts.")
+    status.add_argument("job", nargs="?", metavar="JOB", help="a job id (resume token)")
+    status.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--watch", action="store_true",
+                        help="a live table, refreshed every 2 s until the job is no longer "
+                             "running")
+    status.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    status.set_defaults(func=cmd_status)
+
+    stop = sub.add_parser(
+        "stop", help="stop a running job",
+        description="Cooperative by default: the driver starts no new sources, lets running "
+                    "ones finish, flushes completions and ends in state 'stopped'. --force then "
+                    "sends SIGTERM (and SIGKILL after --timeout) to the recorded driver, after "
+                    "checking its pid and start time.")
+    stop.add_argument("job", metavar="JOB", help="the job id")
+    stop.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    stop.add_argument("--force", action="store_true", help="signal the driver if needed")
+    stop.add_argument("--timeout", type=float, default=120, metavar="S",
+                      help="seconds to wait for the job to stop (default 120)")
+    stop.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    stop.set_defaults(func=cmd_stop)
+
+    report = sub.add_parser(
+        "report", help="write a job's HTML report",
+        description="Write a self-contained HTML report of a job: per-stage throughput over "
+                    "time, task durations, counts and the event log's warnings, next to Dask's "
+                    "performance report for the run when one was recorded.")
+    report.add_argument("job", metavar="JOB", help="the job id")
+    report.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    report.add_argument("-o", "--output", metavar="PATH",
+                        help="where to write it (default: <job dir>/report.html)")
+    report.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    report.set_defaults(func=cmd_report)
 
 
 def job_kwargs(args: argparse.Namespace) -> dict:
@@ -50,60 +91,75 @@ def _job_state(summary: dict) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Without a job: the table of jobs. With one: its state and stages (``--watch``: live)."""
+    from curator_dask import config
+
+    work_dir = args.work_dir or config.get("jobs.work-dir")
+    if args.job is None:
+        return _status_all(work_dir, as_json=args.json)
+    return _status_one(work_dir, args.job, as_json=args.json, watch=args.watch)
+
+
+def _status_all(work_dir: str, *, as_json: bool) -> int:
+    import json
+    import os
+
+    from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
+
+    rows = []
+    names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
+    for name in names:
+        summary = read_summary(os.path.join(work_dir, name, SUMMARY_FILE))
+        if summary is not None:
+            rows.append({**summary, "state": _job_state(summary)})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print(f"no jobs in {work_dir}")
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("job", "state", "started", "ended", "sources", "skipped", "completed",
+                   "failed"):
+        table.add_column(column, justify="left" if column in ("job", "state") else "right")
+    for r in rows:
+        src = r.get("sources") or {}
+        table.add_row(r["job_id"], r["state"], str(r.get("started", "")),
+                      str(r.get("ended") or ""),
+                      *(str(src.get(k, "")) for k in ("total", "skipped", "completed",
+                                                      "failed")))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    return EXIT_OK
+
+
+def _status_one(work_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
     import json
     import os
     import time
 
-    from curator_dask import config
     from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
-    work_dir = args.work_dir or config.get("jobs.work-dir")
-    if args.job is None:
-        rows = []
-        names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
-        for name in names:
-            summary = read_summary(os.path.join(work_dir, name, SUMMARY_FILE))
-            if summary is not None:
-                rows.append({**summary, "state": _job_state(summary)})
-        if args.json:
-            print(json.dumps(rows, indent=2))
-            return EXIT_OK
-        if not rows:
-            print(f"no jobs in {work_dir}")
-            return EXIT_OK
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(show_edge=False, header_style="bold")
-        for column in ("job", "state", "started", "ended", "sources", "skipped", "completed",
-                       "failed"):
-            table.add_column(column, justify="left" if column in ("job", "state") else "right")
-        for r in rows:
-            src = r.get("sources") or {}
-            table.add_row(r["job_id"], r["state"], str(r.get("started", "")),
-                          str(r.get("ended") or ""),
-                          *(str(src.get(k, "")) for k in ("total", "skipped", "completed",
-                                                          "failed")))
-        Console(width=None if sys.stdout.isatty() else 160).print(table)
-        return EXIT_OK
-    path = os.path.join(work_dir, args.job, SUMMARY_FILE)
+    path = os.path.join(work_dir, job, SUMMARY_FILE)
 
     def load() -> dict:
         summary = read_summary(path)
         if summary is None:
-            raise UsageError(f"no job {args.job!r} in {work_dir}")
+            raise UsageError(f"no job {job!r} in {work_dir}")
         summary["state"] = _job_state(summary)
         return summary
 
     summary = load()
-    if args.json:
+    if as_json:
         # --watch --json: one JSON document per line until the job ends.
-        while True:
-            from curator_dask.jobs.view import rates
+        from curator_dask.jobs.view import rates
 
+        while True:
             summary["rates"] = rates(summary)
-            print(json.dumps(summary, indent=None if args.watch else 2), flush=True)
-            if not args.watch or summary["state"] != "running":
+            print(json.dumps(summary, indent=None if watch else 2), flush=True)
+            if not watch or summary["state"] != "running":
                 return EXIT_OK
             time.sleep(2)
             summary = load()
@@ -113,7 +169,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from curator_dask.jobs.view import render
 
     console = Console(width=None if sys.stdout.isatty() else 160)  # piped: no truncation
-    if not args.watch:
+    if not watch:
         console.print(render(summary))
         return EXIT_OK
     with Live(render(summary), console=console, refresh_per_second=2) as live:
@@ -170,37 +226,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
             return EXIT_FAILED
     print(f"job {args.job}: {state}")
     return EXIT_OK if state != "running" else EXIT_FAILED
-
-
-def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
-    import json
-
-    from curator_dask.resumability.inspect import inspect_checkpoint, map_partitions
-
-    if args.files_per_partition is not None and args.blocksize is not None:
-        raise UsageError("--files-per-partition and --blocksize are exclusive (as in readers)")
-    report = inspect_checkpoint(args.path)
-    if args.input:
-        map_partitions(report, args.input, files_per_partition=args.files_per_partition,
-                       blocksize=args.blocksize, file_extensions=args.extensions)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-        return EXIT_OK
-    print(f"checkpoint: {report.checkpoint}")
-    print(f"metadata:   {report.metadata_dir}")
-    print(f"writer files: {len(report.writers)}")
-    for w in report.writers:
-        state = f"{w.completed} completed" if w.error is None else f"UNREADABLE ({w.error})"
-        print(f"  {w.path}  {w.size} bytes  {state}")
-    print(f"completed sources (union): {len(report.completed)}")
-    if report.partitions is not None:
-        done = sum(p.complete for p in report.partitions)
-        print(f"input: {len(report.partitions)} partitions: {done} complete, "
-              f"{len(report.partitions) - done} pending")
-        for p in report.partitions:
-            mark = "complete" if p.complete else "pending "
-            print(f"  {mark}  {p.source_id}  {', '.join(p.files)}")
-    return EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""CLI commands for SLURM: slurm submit, slurm retry, and runs inside a SLURMRunner step."""
+"""CLI commands for SLURM arrays: slurm submit and slurm retry (with resubmission)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,56 @@ import argparse
 from curator_dask.cli.common import EXIT_OK, UsageError
 
 
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``slurm`` parser and its ``retry`` and ``submit`` actions."""
+    slurm = sub.add_parser("slurm", help="SLURM job arrays")
+    slurm_sub = slurm.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
+    retry = slurm_sub.add_parser(
+        "retry",
+        help="print the array shards that have no completion manifest",
+        description=(
+            "Print the shards of an array run that wrote no completion manifest, as an "
+            "sbatch --array expression (--format array) or as 'ARRAY OFFSET MINIMUM TOTAL' "
+            "lines (--format fields). Prints nothing when every shard completed."
+        ),
+    )
+    retry.add_argument("--checkpoint-path", required=True, help="the array run's checkpoint")
+    retry.add_argument("--format", choices=["array", "fields"], default="array")
+    retry.add_argument("--max-array-size", type=int, default=None, metavar="N",
+                       help="split into windows below the cluster's MaxArraySize")
+    retry.add_argument("--submit", metavar="PIPELINE",
+                       help="resubmit the missing shards of PIPELINE with sbatch (job options "
+                            "below apply)")
+    add_job_options(retry)
+    retry.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    # subparser: its own usage line for argparse-style errors
+    retry.set_defaults(func=cmd_slurm_retry, subparser=retry)
+
+    submit = slurm_sub.add_parser(
+        "submit",
+        help="submit a pipeline as a SLURM job array",
+        description=(
+            "Render an sbatch array script that runs PIPELINE as array shards with a shared "
+            "checkpoint (each task processes the sources whose sha256(task id) falls in its "
+            "shard), submit it and print the job id. --dry-run prints the script instead."
+        ),
+    )
+    submit.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
+    submit.add_argument("--array", required=True, help="SLURM array indices, e.g. 0-19")
+    submit.add_argument("--checkpoint-path", required=True, help="shared checkpoint path")
+    submit.add_argument("--total-shards", type=int, metavar="N",
+                        help="logical shard count (default: the array's task count)")
+    submit.add_argument("--shard-index-offset", type=int, default=0, metavar="K",
+                        help="added to SLURM_ARRAY_TASK_ID (windows over MaxArraySize)")
+    submit.add_argument("--minimum-shard-index", type=int, default=0, metavar="M")
+    add_job_options(submit)
+    submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    submit.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    submit.set_defaults(func=cmd_slurm_submit)
+
+
 def add_job_options(p: argparse.ArgumentParser) -> None:
+    """The sbatch options shared by ``slurm submit`` and ``slurm retry --submit``."""
     p.add_argument("--partition", help="SLURM partition")
     p.add_argument("--time", default="01:00:00", help="time limit (default 01:00:00)")
     p.add_argument("--cpus-per-task", type=int, default=16, help="CPUs per array task")
@@ -37,36 +86,15 @@ def _job_spec(args: argparse.Namespace, pipeline: str, **shards: object):
     )
 
 
-def run_in_slurm_runner(args: argparse.Namespace, pipeline):
-    """One `srun` step: dask-jobqueue's SLURMRunner gives rank 0 the scheduler, rank 1 this
-    pipeline (the driver, which alone writes manifests) and the other ranks workers."""
-    import os
-
-    from dask_jobqueue.slurm import SLURMRunner
-    from distributed import Client
-
-    from curator_dask.backends.dask import DaskExecutor
-
-    scheduler_file = args.scheduler_file or os.path.join(
-        os.getcwd(), ".curator-dask-scheduler-{job_id}.json")
-    with SLURMRunner(scheduler_file=scheduler_file,
-                     scheduler_options={"dashboard_address": None}) as runner, \
-            Client(runner) as client:
-        # Only the client rank gets here; scheduler and worker ranks exit inside the runner.
-        os.environ["CURATOR_DASK_SLURM_DRIVER"] = "1"
-        client.wait_for_workers(runner.n_workers, timeout=300)
-        executor = DaskExecutor(client=client, progress=False if args.no_progress else None,
-                                fuse=False if args.no_fuse else None)
-        return pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path)
-
-
-def cmd_slurm_retry(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from curator_dask.slurm.manifests import (
+def cmd_slurm_retry(args: argparse.Namespace) -> int:
+    """Print (or resubmit) the shards without a completion manifest; usage errors exit 2."""
+    from curator_dask.slurm.retry import (
         build_slurm_array_retry_submissions,
         find_slurm_array_retries,
         format_slurm_array_indices,
     )
 
+    parser: argparse.ArgumentParser = args.subparser
     if args.max_array_size is not None and args.max_array_size <= 0:
         parser.error("--max-array-size must be greater than 0.")
     if args.max_array_size is not None and args.format != "fields":
@@ -95,6 +123,7 @@ def cmd_slurm_retry(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def cmd_slurm_submit(args: argparse.Namespace) -> int:
+    """Render the array script and submit it (``--dry-run``: print it)."""
     from curator_dask.slurm.sbatch import render_array_script, submit_script
 
     try:

@@ -1,1 +1,2 @@
-"""Job directories: event log, job summary, resume tokens (work in progress, see issue 5)."""
+"""Jobs: job folders, strict resume, the event log, the summary heartbeat, stop requests,
+status views and the HTML report."""

@@ -68,7 +68,9 @@ def signal_driver(job_dir: str, sig: int = signal.SIGTERM) -> int:
 
 def _cancel_on_scheduler(dask_scheduler: Any = None, token: str = "", client: str = "",
                          reason: str = "") -> int:
-    keys = [k for k in dask_scheduler.tasks if f"-{token}-" in str(k)]
+    from curator_dask.backends.dask.keys import is_run_key
+
+    keys = [k for k in dask_scheduler.tasks if is_run_key(k, token)]
     if keys:
         dask_scheduler.stimulus_cancel(keys, client, force=True, reason=reason,
                                        msg="cancelled by `curator_dask stop --force`")

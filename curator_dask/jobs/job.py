@@ -16,7 +16,7 @@ import secrets
 from typing import Any
 
 from curator_dask.resumability.fingerprint import diff_configs, diff_inputs
-from curator_dask.slurm.manifests import write_json_atomically
+from curator_dask.utils.atomic import write_json_atomically
 
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CONFIG_FILE = "config_fingerprint.json"

@@ -9,9 +9,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from curator_dask.backends.base import RunObserver
 from curator_dask.jobs.events import EventLog
 from curator_dask.jobs.job import JobDirectory, new_job_id, validate_job_id
 from curator_dask.jobs.summary import (
@@ -21,6 +22,7 @@ from curator_dask.jobs.summary import (
     write_summary,
 )
 from curator_dask.resumability.fingerprint import config_fingerprint, input_fingerprints
+from curator_dask.utils.atomic import write_json_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +39,23 @@ def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
                                   storage_options=source.storage_options))
 
 
-class JobRun:
+class JobRun(RunObserver):
     """The job side of one ``Pipeline.run``: created before execution, finished after it.
 
+    It is the run's :class:`~curator_dask.backends.base.RunObserver`: the executor binds its
+    stop request and progress to it, and sends it the plan and every event.
+
     Example:
-        >>> # job = JobRun(stages, work_dir="jobs", resume=None, checkpoint_path=None)
-        >>> # job.finish("completed", result)
+        >>> import tempfile
+        >>> from curator_dask.stages.base import ProcessingStage
+        >>> class Source(ProcessingStage):
+        ...     name = "source"
+        ...     is_source_stage = True
+        >>> job = JobRun([Source()], work_dir=tempfile.mkdtemp(), job_id="doc-job")
+        >>> job.finish("completed")
+        >>> from curator_dask.jobs.summary import read_summary
+        >>> read_summary(job.directory.file(SUMMARY_FILE))["state"]
+        'completed'
     """
 
     def __init__(
@@ -78,7 +91,26 @@ class JobRun:
         self.run_id = uuid.uuid4().hex[:8]
         self.process_start = process_start_time()
         self.command = command
-        # This attempt's driver log (curator_dask's records at INFO and above).
+        self._open_driver_log()
+        self.started = time.time()
+        self.events = EventLog(self.directory.file("events.jsonl"), job_id=self.job_id,
+                               run_id=self.run_id)
+        self.events.emit("run_resume" if self.resumed else "job_start", pid=os.getpid(),
+                         host=socket.gethostname(), command=command,
+                         checkpoint=self.checkpoint_path)
+        self._state = "running"
+        self._request_stop: Callable[[str], None] | None = None
+        self._progress: Callable[[], dict] | None = None
+        self._stop_seen = False
+        self.heartbeat = heartbeat
+        self._write_summary()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat, name="curator-dask-job-summary",
+                                        daemon=True)
+        self._thread.start()
+
+    def _open_driver_log(self) -> None:
+        """This attempt's driver log: curator_dask's records at INFO and above."""
         self.log_path = os.path.join(self.directory.path, "logs", f"driver-{self.run_id}.log")
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self._log_handler = logging.FileHandler(self.log_path, encoding="utf-8")
@@ -90,74 +122,55 @@ class JobRun:
         if package_logger.getEffectiveLevel() > logging.INFO:
             package_logger.setLevel(logging.INFO)
         package_logger.addHandler(self._log_handler)
-        self.started = time.time()
-        self.events = EventLog(self.directory.file("events.jsonl"), job_id=self.job_id,
-                               run_id=self.run_id)
-        self.events.emit("run_resume" if self.resumed else "job_start", pid=os.getpid(),
-                         host=socket.gethostname(), command=command,
-                         checkpoint=self.checkpoint_path)
-        self._state = "running"
-        self._executor: Any = None
-        self._stop_seen = False
-        self.heartbeat = heartbeat
-        self._write_summary()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._heartbeat, name="curator-dask-job-summary",
-                                        daemon=True)
-        self._thread.start()
 
-    def attach(self, executor: Any) -> None:
-        """The executor a ``stop`` request is passed to; writes ``dag_execution_plan.json``."""
-        self._executor = executor
-        if hasattr(executor, "live"):
-            executor.live = None  # a previous run's progress is not this attempt's
-        from curator_dask import config
+    # -- the RunObserver side ---------------------------------------------------------------
+    def bind(self, *, stop: Callable[[str], None], progress: Callable[[], dict]) -> None:
+        """The run's stop request (for ``stop JOB``) and its live progress (for the summary)."""
+        self._request_stop = stop
+        self._progress = progress
 
-        if hasattr(executor, "performance_report") and config.get("jobs.performance-report"):
-            import importlib.util
-
-            if importlib.util.find_spec("bokeh") is not None:
-                from curator_dask.jobs.report import PERFORMANCE_REPORT
-
-                executor.performance_report = self.directory.file(PERFORMANCE_REPORT)
-        fuse = getattr(executor, "fuse", None)
-        if fuse is None:
-            return
-        from curator_dask.backends.dask.plan import build_plan, plan_document
-        from curator_dask.jobs.job import PLAN_FILE
-        from curator_dask.resumability.stage_checkpoints import StageCheckpoints
-        from curator_dask.slurm.manifests import write_json_atomically
-
-        ckpt = StageCheckpoints.coerce(self.settings.get("stage_checkpoints"))
-        plan = build_plan(self.stages, fuse=fuse, boundaries=ckpt.boundaries(self.stages))
-        document = plan_document(self.stages, plan, ckpt.to_dict())
-        document["job_id"] = self.job_id
-        document["run_id"] = self.run_id
-        write_json_atomically(self.directory.file(PLAN_FILE), document, indent=2)
+    def plan_built(self, plan: dict[str, Any], settings: dict[str, Any]) -> None:
+        """Write the plan the run built and the settings it resolved into the job folder."""
         import dask.config
 
+        from curator_dask.jobs.job import PLAN_FILE
+
+        write_json_atomically(self.directory.file(PLAN_FILE),
+                              {**plan, "job_id": self.job_id, "run_id": self.run_id}, indent=2)
         # What this attempt ran with: every curator-dask setting as resolved (config files,
         # environment, defaults), the executor's choices, and the normalized pipeline.
-        resolved = {
-            "run_id": self.run_id,
-            "curator-dask": dask.config.get("curator-dask"),
-            "executor": {k: getattr(executor, k, None) for k in (
-                "cluster_kind", "address", "n_workers", "threads_per_worker", "max_in_flight",
-                "max_sources_per_task", "fuse", "drain_timeout")},
-            "pipeline": self.config,
-        }
+        resolved = {"run_id": self.run_id, "curator-dask": dask.config.get("curator-dask"),
+                    "executor": settings, "pipeline": self.config}
         write_json_atomically(self.directory.file("resolved_config.json"), resolved, indent=2,
                               default=str)
 
+    def event(self, type_: str, **fields: Any) -> None:
+        """Record an event; the summary follows the run's progress."""
+        self.events.emit(type_, **fields)
+        if type_ == "sources_planned":
+            self._write_summary()  # at once: tools should not wait for the next heartbeat
+
+    @property
+    def performance_report(self) -> str | None:
+        """Where this attempt saves Dask's performance report (needs bokeh), if anywhere."""
+        import importlib.util
+
+        from curator_dask import config
+        from curator_dask.jobs.report import PERFORMANCE_REPORT
+
+        if not config.get("jobs.performance-report") or importlib.util.find_spec("bokeh") is None:
+            return None
+        return self.directory.file(PERFORMANCE_REPORT)
+
     def _check_stop_request(self) -> None:
         path = self.directory.file(STOP_REQUEST)
-        if self._stop_seen or self._executor is None or not os.path.exists(path):
+        if self._stop_seen or self._request_stop is None or not os.path.exists(path):
             return
         self._stop_seen = True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         logger.warning("job %s: stop requested", self.job_id)
-        self._executor.request_stop("stop requested with `python -m curator_dask stop`")
+        self._request_stop("stop requested with `python -m curator_dask stop`")
 
     @property
     def resume_command(self) -> str | None:
@@ -165,16 +178,9 @@ class JobRun:
             return None
         return f"{self.command} --resume {self.job_id}"
 
-    def on_event(self, type_: str, **fields: Any) -> None:
-        """Executor callback: record an event; the summary follows the executor's progress."""
-        self.events.emit(type_, **fields)
-        if type_ == "sources_planned":
-            self._write_summary()  # at once: tools should not wait for the next heartbeat
-
     def _write_summary(self, **extra: Any) -> None:
-        live = getattr(self._executor, "live", None)
-        if live is not None and hasattr(live, "snapshot"):
-            for key, value in live.snapshot().items():
+        if self._progress is not None:
+            for key, value in self._progress().items():
                 extra.setdefault(key, value)
         write_summary(
             self.directory.file(SUMMARY_FILE),
@@ -201,14 +207,12 @@ class JobRun:
         """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once."""
         self._stop.set()
         self._state = state
-        if getattr(self._executor, "performance_report", None):
-            self._executor.performance_report = None
         now = time.time()
         extra: dict[str, Any] = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
                                  "ended_at": now}
         if result is not None:
-            extra["stages"] = result.counts_table() if hasattr(result, "counts_table") else None
-            extra["dashboard"] = getattr(result, "dashboard_link", None)
+            extra["stages"] = result.counts_table()
+            extra["dashboard"] = result.dashboard_link
         if error is not None:
             extra["error"] = f"{type(error).__name__}: {error}"
         event = {"completed": "job_complete", "failed": "job_failed",

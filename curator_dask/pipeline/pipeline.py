@@ -1,16 +1,18 @@
-"""``Pipeline``: an ordered list of stages with NeMo Curator's build rules (CONTRACT §1.9)."""
+"""``Pipeline``: an ordered list of stages with NeMo Curator's build rules.
+
+See docs/design/contract.md §1.9.
+"""
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
 from curator_dask import lineage
+from curator_dask.backends.base import BaseExecutor, RunObserver, RunOptions
 from curator_dask.stages.base import CompositeStage, ProcessingStage
 
 if TYPE_CHECKING:
-    from curator_dask.backends.base import BaseExecutor
     from curator_dask.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -148,34 +150,20 @@ class Pipeline:
             on_input_change: ``"reprocess"`` (default) or ``"error"``: what a changed,
                 completed source gets.
         """
-        from curator_dask import config
-        from curator_dask.resumability.stage_checkpoints import StageCheckpoints
-
-        if stage_checkpoints is None:
-            stage_checkpoints = {k.replace("-", "_"): v
-                                 for k, v in config.get("stage-checkpoints").items()}
-        ckpt_config = StageCheckpoints.coerce(stage_checkpoints)
-        verify_inputs = config.get("checkpoint.verify-inputs", verify_inputs)
-        on_input_change = config.get("checkpoint.on-input-change", on_input_change)
         self.build()
-        ckpt_config.boundaries(self.stages)  # names checked before anything starts
-        job = None
-        if work_dir is not None or job_id is not None or resume is not None:
-            from curator_dask.jobs.run import JobRun
-
-            job = JobRun(self.stages, work_dir=work_dir or config.get("jobs.work-dir"),
-                         job_id=job_id, resume=resume, checkpoint_path=checkpoint_path,
-                         verify_content=verify_content, command=command,
-                         settings={"stage_checkpoints": ckpt_config.to_dict(),
-                                   "verify_inputs": verify_inputs,
-                                   "on_input_change": on_input_change})
-            checkpoint_path = job.checkpoint_path
-            logger.info("job %s (%s)%s", job.job_id, job.directory.path,
-                        f"; resume with: {job.resume_command}" if job.resume_command else "")
+        as_job = work_dir is not None or job_id is not None or resume is not None
+        options = RunOptions.build(
+            self.stages, checkpoint_path=checkpoint_path,
+            checkpoint_storage_options=checkpoint_storage_options,
+            stage_checkpoints=stage_checkpoints, verify_inputs=verify_inputs,
+            on_input_change=on_input_change, slurm_array=slurm_array, job=as_job)
+        job = self._start_job(options, checkpoint_path, work_dir, job_id, resume,
+                              verify_content, command) if as_job else None
         try:
-            result = self._run(executor, initial_tasks, checkpoint_path,
-                               checkpoint_storage_options, slurm_array, job, ckpt_config,
-                               verify_inputs, on_input_change)
+            if job is not None:
+                options = options.for_job(self.stages, job.checkpoint_path,
+                                          job.performance_report)
+            result = self._run(executor, initial_tasks, options, job)
         except BaseException as exc:
             if job is not None:
                 from curator_dask.errors import RunStopped
@@ -188,73 +176,47 @@ class Pipeline:
             result.job_id = job.job_id
         return result
 
-    def _run(self, executor, initial_tasks, checkpoint_path, checkpoint_storage_options,
-             slurm_array, job, ckpt_config, verify_inputs, on_input_change):
-        from curator_dask.resumability.input_check import InputCheck
+    def _start_job(self, options: RunOptions, checkpoint_path: str | None,
+                   work_dir: str | None, job_id: str | None, resume: str | None,
+                   verify_content: bool, command: str | None) -> Any:
+        from curator_dask import config
+        from curator_dask.jobs.run import JobRun
 
-        if checkpoint_path is None and (ckpt_config.enabled or verify_inputs != "off"):
-            what = (f"stage_checkpoints={ckpt_config.strategy!r}" if ckpt_config.enabled
-                    else f"verify_inputs={verify_inputs!r}")
-            msg = (f"{what} needs checkpoint_path (or a job, whose checkpoint is in its "
-                   "folder): it works on the completion checkpoint")
-            raise ValueError(msg)
-        input_check = None
-        if checkpoint_path is not None:
-            non_resumable = [s.name for s in self.stages if not s.is_resumable]
-            if non_resumable:
-                msg = (
-                    f"checkpoint_path was set, but these stages are not marked resumable: "
-                    f"{non_resumable}. Set is_resumable=True on a stage only once you've "
-                    f"confirmed its input\u2192output mapping is resumability-safe."
-                )
-                raise ValueError(msg)
-            from curator_dask.resumability.client import normalize_checkpoint_url
+        job = JobRun(self.stages, work_dir=work_dir or config.get("jobs.work-dir"),
+                     job_id=job_id, resume=resume, checkpoint_path=checkpoint_path,
+                     verify_content=verify_content, command=command,
+                     settings=options.fingerprint_settings())
+        logger.info("job %s (%s)%s", job.job_id, job.directory.path,
+                    f"; resume with: {job.resume_command}" if job.resume_command else "")
+        return job
 
-            checkpoint_path = normalize_checkpoint_url(checkpoint_path)
-            input_check = InputCheck(verify_inputs, on_input_change, checkpoint_path,
-                                     checkpoint_storage_options)
-            if not input_check.enabled:
-                input_check = None
+    def _run(self, executor: Any, initial_tasks: list[Task] | None, options: RunOptions,
+             observer: RunObserver | None) -> list[Task]:
         for stage in self.stages:
             prepare = getattr(stage, "prepare_output", None)
             if callable(prepare):
-                prepare(checkpoint_path=checkpoint_path)
+                prepare(checkpoint_path=options.checkpoint_path)
         if executor is None:
             from curator_dask.backends.dask import DaskExecutor
 
             executor = DaskExecutor()
-        if job is not None and hasattr(executor, "request_stop"):
-            job.attach(executor)
         if initial_tasks:
             lineage.assign_root_task_ids(initial_tasks)
         shard = None
-        if slurm_array is None:
-            from curator_dask.slurm.array import SlurmArrayConfig
-
-            slurm_array = SlurmArrayConfig.from_env()
-        if slurm_array:
+        if options.slurm_array is not None:
             from curator_dask.slurm.run import ArrayShardRun
 
-            shard = ArrayShardRun(slurm_array, checkpoint_path)
+            shard = ArrayShardRun(options.slurm_array, options.checkpoint_path)
         logger.info("Running pipeline %r with %d stages", self.name, len(self.stages))
-        extra: dict[str, Any] = {}
-        if checkpoint_path is not None:
-            extra.update(checkpoint_path=checkpoint_path,
-                         checkpoint_storage_options=checkpoint_storage_options)
-        if shard is not None:
-            extra["slurm_array"] = shard.config
-        if job is not None:
-            extra["on_event"] = job.on_event
-        if ckpt_config.enabled:
-            extra["stage_checkpoints"] = ckpt_config
-        if input_check is not None:
-            extra["input_check"] = input_check
-        params = inspect.signature(executor.execute).parameters
-        missing = [k for k in extra if k not in params]
-        if missing:
-            msg = f"{type(executor).__name__} does not support {missing}; use DaskExecutor"
-            raise TypeError(msg)
-        result = executor.execute(self.stages, initial_tasks, **extra)
+        if isinstance(executor, BaseExecutor):
+            result = executor.execute(self.stages, initial_tasks, options=options,
+                                      observer=observer)
+        else:  # another project's executor: the plain call, and nothing it cannot honour
+            asked = options.requested() + (["a job"] if observer is not None else [])
+            if asked:
+                msg = f"{type(executor).__name__} does not support {asked}; use DaskExecutor"
+                raise TypeError(msg)
+            result = executor.execute(self.stages, initial_tasks)
         if shard is not None:
             shard.finish(result)
         return result

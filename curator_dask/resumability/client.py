@@ -74,7 +74,7 @@ class CompletionClient:
         return self.client.sync(method, **kwargs)
 
     def completed_ids(self, sources: list[Task]) -> set[str]:
-        """Which of ``sources`` the checkpoint marks complete (sets their ``_source_id``)."""
+        """The ids of those ``sources`` that the checkpoint marks complete (read-only)."""
         ids = [t.get_source_id() for t in sources]
         return set(self._call("completed", source_ids=ids))
 

@@ -1,4 +1,6 @@
-"""Completion counters of NeMo Curator 1.4 (CONTRACT §3), as pure functions and a ``CounterBook``.
+"""Completion counters of NeMo Curator 1.4, as pure functions and a ``CounterBook``.
+
+See docs/design/contract.md §3.
 
 A source opens with +1. Every stage boundary fires deltas keyed on an *output* task id:
 continuing fan-out children add to the count, a task reaching the sink or filtered subtracts
@@ -25,7 +27,10 @@ Delta = tuple[str, str, int]
 
 
 def source_deltas(sources: Sequence[Task]) -> list[Delta]:
-    """Set ``_source_id`` on each source output and return its ``+1`` delta (CONTRACT §3.1)."""
+    """Set ``_source_id`` on each source output and return its ``+1`` delta.
+
+    See docs/design/contract.md §3.1.
+    """
     deltas = []
     for task in sources:
         if lineage.is_sentinel(task):
@@ -47,7 +52,9 @@ class StageDeltas:
 def stage_deltas(
     stage_type: str, inputs: Sequence[Task], outputs: Sequence[Task], *, is_sink: bool
 ) -> StageDeltas:
-    """Deltas of a non-source stage call (CONTRACT §3.2), with sentinels still in ``outputs``.
+    """Deltas of a non-source stage call, with sentinels still in ``outputs``.
+
+    See docs/design/contract.md §3.2.
 
     Real outputs with an empty ``_source_id`` inherit their parent's.
 
@@ -101,7 +108,7 @@ def stage_deltas(
 
 
 class CounterBook:
-    """Pending counts per source with NeMo Curator's rules (CONTRACT §3.3).
+    """Pending counts per source with NeMo Curator's rules (docs/design/contract.md §3.3).
 
     - a repeated ``(task_id, delta)`` is ignored (a retried task fires the same deltas);
     - a new delta for a known ``task_id`` replaces the old one (newest wins);

@@ -1,4 +1,4 @@
-"""Fingerprints of a pipeline's configuration and inputs, for strict resume (issue: jobs).
+"""Fingerprints of a pipeline's configuration and inputs, for strict resume.
 
 Data-Juicer compares raw YAML text (a comment fails it, a code change passes it). Here the
 fingerprint is built from the *built* stages: each stage's class, name, roles, resources,

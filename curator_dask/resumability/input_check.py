@@ -28,12 +28,12 @@ from typing import Any
 import fsspec
 
 from curator_dask.resumability.fingerprint import diff_inputs, input_fingerprints
+from curator_dask.resumability.layout import INPUT_FINGERPRINTS_SUBDIR
 
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "fingerprint", "content")
 ON_CHANGE = ("reprocess", "error")
-SUBDIR = ".curator_dask/input_fingerprints"
 
 
 class InputChangedError(ValueError):
@@ -60,7 +60,7 @@ class InputCheck:
             raise ValueError(msg)
         self.mode = mode
         self.on_change = on_change
-        self.url = f"{checkpoint_url.rstrip('/')}/{SUBDIR}"
+        self.url = f"{checkpoint_url.rstrip('/')}/{INPUT_FINGERPRINTS_SUBDIR}"
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
         self.current: dict[str, dict[str, Any]] = {}
         self.baseline: set[str] = set()

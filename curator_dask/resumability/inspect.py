@@ -6,11 +6,8 @@ from dataclasses import asdict, dataclass, field
 
 import fsspec
 
-from curator_dask.resumability.store import (
-    METADATA_DIRNAME,
-    read_writer_files,
-    writer_file_sizes,
-)
+from curator_dask.resumability.layout import METADATA_DIRNAME
+from curator_dask.resumability.store import read_writer_files, writer_file_sizes
 from curator_dask.utils.files import is_remote_url
 
 

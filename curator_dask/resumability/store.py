@@ -1,4 +1,6 @@
-"""``CompletionStore``: completed source ids in NeMo Curator 1.4's LMDB layout (CONTRACT §4).
+"""``CompletionStore``: completed source ids in NeMo Curator 1.4's LMDB layout.
+
+See docs/design/contract.md §4.
 
 One writer file per process, ``<checkpoint>/.nemo_curator_metadata/<host>-<pid>.mdb``, named
 database ``completed_sources``, key = source id (UTF-8), value ``b"1"``. At start the store reads
@@ -27,12 +29,12 @@ from collections.abc import Iterable, Iterator
 import fsspec
 import lmdb
 
+from curator_dask.resumability.layout import METADATA_DIRNAME
 from curator_dask.utils.atomic import write_atomic
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
 
-METADATA_DIRNAME = ".nemo_curator_metadata"
 DB_NAME = b"completed_sources"
 MAP_SIZE = 1 << 30
 NETWORK_FS_TYPES = frozenset({

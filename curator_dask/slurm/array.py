@@ -1,8 +1,9 @@
-"""SLURM array configuration and source sharding, exactly as NeMo Curator 1.4 (CONTRACT §5.1-5.6).
+"""SLURM array configuration and source sharding, exactly as NeMo Curator 1.4.
 
-The configuration is read once, on the driver, and passed explicitly to where it is used:
-nothing here is re-read from a worker's environment (NeMo Curator silently processes every
-source when the variables reach only the driver). This module imports neither Dask nor LMDB.
+See ``docs/design/contract.md §5.1-5.6``. The configuration is read once, on the driver, and
+passed explicitly to where it is used: nothing here is re-read from a worker's environment
+(NeMo Curator silently processes every source when the variables reach only the driver). This
+module imports neither Dask nor LMDB.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -102,7 +103,10 @@ class SlurmArrayConfig:
         return self
 
     def check_values(self) -> SlurmArrayConfig:
-        """Raise ``ValueError`` for a non-positive total or a negative index (CONTRACT §5.3)."""
+        """Raise ``ValueError`` for a non-positive total or a negative index.
+
+        The checks and messages of ``docs/design/contract.md §5.3``.
+        """
         if self.total_shards <= 0:
             msg = f"total_shards must be greater than 0, got {self.total_shards}"
             raise ValueError(msg)
@@ -113,28 +117,6 @@ class SlurmArrayConfig:
             msg = f"shard_index must be non-negative, got {self.shard_index}"
             raise ValueError(msg)
         return self
-
-
-def configure_slurm_array_source_filtering(
-    shard_index: int, total_shards: int, minimum_shard_index: int = 0,
-    environ: MutableMapping[str, str] | None = None,
-) -> None:
-    """Export the four ``NEMO_CURATOR_SLURM_ARRAY_*`` variables (for child processes)."""
-    env = os.environ if environ is None else environ
-    env[ENABLED_ENV] = "1"
-    env[SHARD_INDEX_ENV] = str(shard_index)
-    env[TOTAL_SHARDS_ENV] = str(total_shards)
-    env[MINIMUM_SHARD_INDEX_ENV] = str(minimum_shard_index)
-
-
-def resolve_slurm_array_config(
-    is_source_stage: bool, environ: Mapping[str, str] | None = None
-) -> SlurmArrayConfig | None:
-    """The validated configuration for a source stage, else ``None`` (CONTRACT §5.3)."""
-    if not is_source_stage:
-        return None
-    config = SlurmArrayConfig.from_env(environ)
-    return None if config is None else config.validate()
 
 
 def shard_for_task(task_id: str, total_shards: int, minimum_shard_index: int = 0) -> int:
@@ -151,7 +133,7 @@ def shard_for_task(task_id: str, total_shards: int, minimum_shard_index: int = 0
 def filter_slurm_array_source_tasks(
     tasks: Sequence[Task], config: SlurmArrayConfig | None, stage_name: str
 ) -> list[Task]:
-    """Keep the source tasks of this shard, in order (CONTRACT §5.4)."""
+    """Keep the source tasks of this shard, in order (``docs/design/contract.md §5.4``)."""
     if config is None:
         return list(tasks)
     ambiguous = [t.task_id for t in tasks if t.task_id.startswith("r")]

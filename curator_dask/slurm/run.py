@@ -1,6 +1,6 @@
 """A pipeline run as one shard of a SLURM array: run.json at start, manifest at the end.
 
-Follows NeMo Curator 1.4's ``Pipeline.run`` (CONTRACT §5.10) with two fixes:
+Follows NeMo Curator 1.4's ``Pipeline.run`` (``docs/design/contract.md §5.10``) with two fixes:
 
 - whether the shard saw a ``FailedTask`` is decided from this run's counts (the completion
   plugin's and the stages'), not from a marker file that workers write only if the right
@@ -20,11 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from curator_dask.slurm.array import SlurmArrayConfig, is_slurm_array_driver_process
-from curator_dask.slurm.manifests import (
-    build_slurm_array_completion_manifest,
-    record_failed_tasks,
-    slurm_array_failed_task_dir,
-)
+from curator_dask.slurm.completion import build_slurm_array_completion_manifest
+from curator_dask.slurm.failed_tasks import record_failed_tasks, slurm_array_failed_task_dir
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
@@ -70,8 +67,8 @@ class ArrayShardRun:
 
     def finish(self, result: Any) -> None:
         """After a run that raised nothing: write the manifest unless a task failed."""
-        summary = getattr(result, "checkpoint", None) or {}
-        counts = getattr(result, "stage_counts", None) or []
+        summary = result.checkpoint or {}
+        counts = result.stage_counts
         failed = bool(summary.get("failed_sources")) or any(c.failed for _, c in counts)
         if failed and self.failed_dir:
             record_failed_tasks(self.failed_dir)

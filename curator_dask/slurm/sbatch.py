@@ -1,8 +1,9 @@
 """Render and submit SLURM array scripts that run a pipeline as array shards.
 
 The script exports the shard variables exactly as NeMo Curator's ``submit_array.sh`` does
-(CONTRACT §5.16), so ``SHARD_INDEX_OFFSET`` windows and retries work the same way, and asks
-SLURM for ``--signal=B:USR1@<grace>`` so the driver can drain before the time limit.
+(docs/design/contract.md §5.16), so ``SHARD_INDEX_OFFSET`` windows and retries work the same
+way, and asks SLURM for ``--signal=B:USR1@<grace>`` so the driver can drain before the time
+limit.
 """
 
 from __future__ import annotations

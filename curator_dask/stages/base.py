@@ -1,4 +1,6 @@
-"""``ProcessingStage`` and ``CompositeStage``: the user-facing stage API (CONTRACT §7.1).
+"""``ProcessingStage`` and ``CompositeStage``: the user-facing stage API.
+
+See docs/design/contract.md §7.1.
 
 A stage ported from NeMo Curator runs unchanged once its imports name ``curator_dask``.
 """

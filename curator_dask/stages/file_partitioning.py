@@ -1,4 +1,7 @@
-"""``FilePartitioningStage``: finds input files and groups them into source tasks (CONTRACT §2)."""
+"""``FilePartitioningStage``: finds input files and groups them into source tasks.
+
+See docs/design/contract.md §2.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``Resources``: what one call of a stage needs (CONTRACT §7.1)."""
+"""``Resources``: what one call of a stage needs (docs/design/contract.md §7.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""``FileGroupTask``: a group of file paths, the usual source task (CONTRACT §2.4)."""
+"""``FileGroupTask``: a group of file paths, the usual source task.
+
+See docs/design/contract.md §2.4.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Marker tasks (CONTRACT §1.6): the implicit root and the filtered / failed slots."""
+"""Marker tasks: the implicit root and the filtered / failed slots.
+
+See docs/design/contract.md §1.6.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The task base class and per-stage performance records (CONTRACT §1.1)."""
+"""The task base class and per-stage performance records (docs/design/contract.md §1.1)."""
 
 from __future__ import annotations
 

@@ -5,18 +5,25 @@ when asked: writers follow config ``io.fsync``, off by default), then ``os.repla
 the final name (atomic within one directory) and, with fsync, fsync the directory.
 Object stores and other fsspec file systems: build the bytes in memory and upload them with one
 ``pipe_file`` (a single PUT is atomic on S3-compatible stores).
+
+Local JSON files (``write_json_atomically``, ``..._if_absent``) follow NeMo Curator 1.4's
+``utils/atomic_io.py`` byte for byte: ``json.dump`` with sorted keys, a trailing newline, mode
+0600 (from ``tempfile``), always fsynced.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from fsspec.implementations.local import LocalFileSystem
 
@@ -115,3 +122,59 @@ def write_atomic(fs, path: str, write: Callable[[BinaryIO], None], *, fsync: boo
     buf = io.BytesIO()
     write(buf)
     fs.pipe_file(path, buf.getvalue())
+
+
+def _write_temp_json(path: Path, payload: Any, **dump_kwargs: Any) -> Path:
+    dump_kwargs.setdefault("sort_keys", True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(mode="w", encoding="utf-8", dir=path.parent,
+                                     prefix=f".{path.name}.", suffix=".tmp", delete=False) as f:
+        tmp = Path(f.name)
+        try:
+            json.dump(payload, f, **dump_kwargs)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        except BaseException:
+            f.close()
+            tmp.unlink(missing_ok=True)
+            raise
+    return tmp
+
+
+def write_json_atomically(path: str | os.PathLike, payload: Any, **dump_kwargs: Any) -> Path:
+    """Write ``payload`` + newline to ``path`` via a temp file and ``os.replace`` (mode 0600).
+
+    Example:
+        >>> import tempfile
+        >>> path = write_json_atomically(Path(tempfile.mkdtemp(), "a.json"), {"b": 1, "a": 2},
+        ...                              separators=(",", ":"))
+        >>> path.read_text()
+        '{"a":2,"b":1}\\n'
+    """
+    path = Path(path)
+    tmp = _write_temp_json(path, payload, **dump_kwargs)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def write_json_atomically_if_absent(
+    path: str | os.PathLike, payload: Any, **dump_kwargs: Any
+) -> bool:
+    """Create ``path`` with ``payload`` only if it does not exist (``os.link``); True if created."""
+    path = Path(path)
+    tmp = _write_temp_json(path, payload, **dump_kwargs)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(OSError):
+        tmp.unlink()
+    fsync_dir(path.parent)
+    return True

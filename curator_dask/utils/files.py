@@ -1,4 +1,4 @@
-"""File discovery over fsspec, as NeMo Curator 1.4 does it (CONTRACT §2.2)."""
+"""File discovery over fsspec, as NeMo Curator 1.4 does it (docs/design/contract.md §2.2)."""
 
 from __future__ import annotations
 

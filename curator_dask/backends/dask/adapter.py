@@ -1,4 +1,6 @@
-"""``StageAdapter``: one stage call in the contract's order of operations (CONTRACT §7.2).
+"""``StageAdapter``: one stage call in the contract's order of operations.
+
+See docs/design/contract.md §7.2.
 
 This is the only place that assigns task ids at stage boundaries. It imports no Dask, so the
 same code runs on the driver (source stage) and on workers (everything after it).
@@ -93,8 +95,10 @@ class StageAdapter:
         if stage.is_source_stage and n_failed:
             msg = f"Source stage {stage.name} emitted FailedTask, which is not supported."
             raise ValueError(msg)
-        # Later steps of CONTRACT §7.2 (failed-task markers, shard filter) hook in here too,
-        # on `results` while sentinels are still in place.
+        # Deltas are taken while sentinels are still in place (docs/design/contract.md §7.2).
+        # Array shards are filtered on the driver before streaming, and a shard's failure is
+        # decided from the deltas the completion plugin received (slurm/run.py), so neither
+        # needs a hook here.
         if deltas is not None and not stage.is_source_stage:
             deltas.add(stage_deltas(type(stage).__name__, tasks, results,
                                     is_sink=stage.is_sink_stage))

@@ -61,25 +61,15 @@ def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
     return environ
 
 
-class EmbeddedCluster:
+@contextlib.contextmanager
+def embedded_cluster(*, malloc_trim_threshold: int | None = None, **kwargs: Any) -> Iterator[Any]:
     """A ``LocalCluster`` whose worker processes never import the driver's ``__main__``."""
+    import dask.config
+    from distributed import LocalCluster
 
-    def __init__(self, *, malloc_trim_threshold: int | None = None, **kwargs: Any) -> None:
-        import dask.config
-        from distributed import LocalCluster
-
-        self._guard = workers_without_main()
-        self._guard.__enter__()
-        environ = _worker_environ(malloc_trim_threshold)
-        try:
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
-                self.cluster = LocalCluster(**kwargs)
-        except BaseException:
-            self._guard.__exit__(None, None, None)
-            raise
-
-    def close(self) -> None:
-        try:
-            self.cluster.close()
-        finally:
-            self._guard.__exit__(None, None, None)
+    environ = _worker_environ(malloc_trim_threshold)
+    with workers_without_main():
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+            cluster = LocalCluster(**kwargs)
+        with cluster:
+            yield cluster

@@ -1,4 +1,7 @@
-"""Shared reader logic: composite decomposition and the per-partition read stage (CONTRACT §6.1)."""
+"""Shared reader logic: composite decomposition and the per-partition read stage.
+
+See docs/design/contract.md §6.1.
+"""
 
 from __future__ import annotations
 

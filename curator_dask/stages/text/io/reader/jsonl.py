@@ -1,4 +1,7 @@
-"""``JsonlReader``: JSON Lines to pyarrow Tables, one read per file (CONTRACT §6.1)."""
+"""``JsonlReader``: JSON Lines to pyarrow Tables, one read per file.
+
+See docs/design/contract.md §6.1.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""``ParquetReader``: Parquet files to pyarrow Tables (CONTRACT §6.1, Arrow-native)."""
+"""``ParquetReader``: Parquet files to pyarrow Tables, Arrow-native.
+
+See docs/design/contract.md §6.1.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Shared writer logic: output modes, deterministic names, atomic commit (CONTRACT §6.2)."""
+"""Shared writer logic: output modes, deterministic names, atomic commit.
+
+See docs/design/contract.md §6.2.
+"""
 
 from __future__ import annotations
 

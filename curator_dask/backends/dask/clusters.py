@@ -1,0 +1,150 @@
+"""Cluster provisioning: every way a run gets a ``Client``, and how each is given back.
+
+Kinds: ``local`` (an embedded ``LocalCluster``), ``address`` (a running scheduler), ``client``
+(a ``Client`` the caller owns), ``slurm`` (dask-jobqueue ``SLURMCluster`` worker jobs) and
+``slurm-runner`` (dask-jobqueue ``SLURMRunner`` inside one ``srun`` step). Each provisioner
+enters what it starts on one ``ExitStack``, so closing is the same for all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import logging
+import os
+from typing import Any
+
+from curator_dask import config as _config
+from curator_dask.backends.dask.progress import interactive
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("local", "address", "client", "slurm", "slurm-runner")
+# Set in the SLURMRunner rank that runs the pipeline: it alone writes array manifests.
+DRIVER_ENV = "CURATOR_DASK_SLURM_DRIVER"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    """Where a run's cluster comes from, as plain values resolved on the client."""
+
+    kind: str = "local"
+    address: str | None = None
+    client: Any = None
+    jobs: int = 1
+    tls: bool = True
+    n_workers: int = 1
+    threads_per_worker: int | None = None
+    dashboard_address: str | None = None
+    dashboard_requested: bool = False
+    scheduler_file: str | None = None
+    cluster_kwargs: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Provisioned:
+    """A connected client, the cluster object behind it (if we started one), and its closer."""
+
+    client: Any
+    cluster: Any
+    stack: contextlib.ExitStack
+    dashboard_on: bool | None = None
+
+
+def provision(spec: ClusterSpec) -> Provisioned:
+    """Start or connect the cluster ``spec`` names and wait for its first worker."""
+    start = {"local": _embedded, "address": _address, "client": _given, "slurm": _slurm,
+             "slurm-runner": _slurm_runner}[spec.kind]
+    stack = contextlib.ExitStack()
+    try:
+        found = start(spec, stack)
+        found.client.wait_for_workers(1, timeout=_config.get("cluster.wait-for-workers-timeout"))
+        if found.dashboard_on is None:  # a cluster we did not start: ask its scheduler once
+            found.dashboard_on = _has_dashboard(found.client)
+    except BaseException:
+        stack.close()
+        raise
+    return found
+
+
+def _embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    from distributed import Client
+
+    from curator_dask.backends.dask.local import embedded_cluster
+
+    dashboard = _config.get("local-cluster.dashboard")
+    if dashboard is None:  # only where someone can look at it
+        dashboard = interactive() or spec.dashboard_requested
+    kwargs = {
+        "n_workers": spec.n_workers,
+        "threads_per_worker": spec.threads_per_worker,
+        "processes": True,
+        "host": _config.get("local-cluster.host"),
+        "dashboard_address": spec.dashboard_address,
+        **spec.cluster_kwargs,
+    }
+    if not dashboard:
+        # No bokeh app; the scheduler's small HTTP server (health, metrics) stays on the
+        # loopback address above instead of the default :8787.
+        kwargs["scheduler_kwargs"] = {"dashboard": False, **kwargs.get("scheduler_kwargs", {})}
+    if not kwargs["processes"] and "host" not in spec.cluster_kwargs:
+        kwargs.pop("host")  # threads in this process talk in-process, not over TCP
+    trim = _config.get("local-cluster.malloc-trim-threshold")
+    cluster = stack.enter_context(embedded_cluster(malloc_trim_threshold=trim, **kwargs))
+    client = stack.enter_context(Client(cluster))
+    on = bool(dashboard) and importlib.util.find_spec("bokeh") is not None
+    return Provisioned(client, cluster, stack, dashboard_on=on)
+
+
+def _address(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    from distributed import Client
+
+    client = stack.enter_context(Client(spec.address))
+    # Remote workers do not share the driver's stderr: bring stage logs back.
+    client.forward_logging("curator_dask")
+    return Provisioned(client, None, stack)
+
+
+def _given(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    return Provisioned(spec.client, None, stack)  # the caller's: never closed here
+
+
+def _slurm(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    from distributed import Client
+
+    from curator_dask.slurm.cluster import SlurmClusterHandle
+
+    handle = SlurmClusterHandle(spec.jobs, tls=spec.tls, **spec.cluster_kwargs)
+    stack.callback(handle.close)
+    client = stack.enter_context(Client(handle.cluster))
+    client.forward_logging("curator_dask")
+    return Provisioned(client, handle, stack)
+
+
+def _slurm_runner(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    """dask-jobqueue's SLURMRunner: rank 0 runs the scheduler, rank 1 returns from here and
+    runs the pipeline (the driver), the other ranks run workers. The scheduler and worker
+    ranks never return: they exit when the driver's client shuts the scheduler down."""
+    from distributed import Client
+
+    try:
+        from dask_jobqueue.slurm import SLURMRunner
+    except ImportError as exc:
+        msg = "cluster='slurm-runner' needs dask-jobqueue: pip install 'curator_dask[slurm]'"
+        raise ImportError(msg) from exc
+    scheduler_file = spec.scheduler_file or os.path.join(
+        os.getcwd(), ".curator-dask-scheduler-{job_id}.json")
+    runner = stack.enter_context(SLURMRunner(
+        scheduler_file=scheduler_file, scheduler_options={"dashboard_address": None}))
+    os.environ[DRIVER_ENV] = "1"
+    client = stack.enter_context(Client(runner))
+    client.wait_for_workers(runner.n_workers, timeout=300)
+    return Provisioned(client, runner, stack, dashboard_on=False)
+
+
+def _has_dashboard(client: Any) -> bool:
+    try:
+        return "dashboard" in client.scheduler_info(n_workers=0).get("services", {})
+    except Exception:  # noqa: BLE001 (informational only)
+        return False

@@ -1,0 +1,142 @@
+"""``EventStream``: a run's events for its observer, bounded in volume at any number of sources.
+
+The first ``detail_limit`` records describe each Dask task (``scope: "task"``: its stages'
+durations and rows, its sources); after that, one record per stage per ``window`` seconds
+(``scope: "window"``) carries the same sums. Stage-checkpoint saves, loads and fallbacks are
+totalled here too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from curator_dask.backends.dask.adapter import StageCount
+
+
+class EventStream:
+    """Turns per-chunk results into observer events.
+
+    Example:
+        >>> seen = []
+        >>> class Stage: name = "reader"
+        >>> stream = EventStream(lambda t, **f: seen.append(t), [Stage()])
+        >>> stream.emit("sources_planned", total=1)
+        >>> seen, stream.records
+        (['sources_planned'], 1)
+    """
+
+    def __init__(self, on_event: Any, stages: Sequence[Any], *, detail_limit: int = 20_000,
+                 window: float = 10.0) -> None:
+        self.on_event = on_event
+        self.names = [s.name for s in stages]
+        self.detail_limit = detail_limit
+        self.window = window
+        self.records = 0
+        self._window: dict[int, StageCount] = {}
+        self._window_sources = [0, 0]  # completed, failed
+        self._window_start = time.time()
+        self.saved: dict[int, list] = {}
+        self.loaded: dict[int, int] = {}
+        self.notes: list[str] = []
+
+    def emit(self, type_: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(type_, **fields)
+            self.records += 1
+
+    def chunk_done(self, ids: list[str], result: Any) -> None:
+        """A Dask task of the last group finished ``ids`` with ``result`` (a GroupResult)."""
+        self._checkpoint_totals(result)
+        if self.on_event is None:
+            return
+        failed = [sid for sid in ids if sid in result.failed]
+        done = len(ids) - len(failed)
+        if self.records < self.detail_limit:
+            self._task_records(ids, result, done, failed)
+            return
+        for i, c in result.counts.items():
+            self._window.setdefault(i, StageCount()).merge(c)
+        self._window_sources[0] += done
+        self._window_sources[1] += len(failed)
+        if time.time() - self._window_start >= self.window:
+            self.flush_window()
+
+    def _checkpoint_totals(self, result: Any) -> None:
+        for stage, (n, size, secs) in result.saved.items():
+            rec = self.saved.setdefault(stage, [0, 0, 0.0])
+            rec[0] += n
+            rec[1] += size
+            rec[2] += secs
+        for stage, n in result.loaded.items():
+            self.loaded[stage] = self.loaded.get(stage, 0) + n
+        for note in result.notes:
+            if len(self.notes) < 100:
+                self.emit("warning", message=note)
+            self.notes.append(note)
+
+    def _task_records(self, ids: list[str], result: Any, done: int, failed: list[str]) -> None:
+        task_id = ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else "")
+        for i, c in sorted(result.counts.items()):
+            self.emit("stage_complete", scope="task", stage=self.names[i], index=i,
+                      task_id=task_id, sources=len(ids), duration=round(c.seconds, 6),
+                      rows_in=c.items_in, rows_out=c.items_out, tasks_in=c.tasks_in,
+                      tasks_out=c.tasks_out, ended=result.ended.get(i))
+        if done:
+            self.emit("source_complete", scope="task", count=done, task_id=task_id,
+                      source_ids=[sid for sid in ids if sid not in result.failed][:20])
+        if failed:
+            self.emit("source_failed", scope="task", count=len(failed), source_ids=failed)
+
+    def flush_window(self) -> None:
+        now = time.time()
+        for i, c in sorted(self._window.items()):
+            self.emit("stage_complete", scope="window", stage=self.names[i], index=i,
+                      window_start=self._window_start, ended=now, tasks=c.calls,
+                      duration=round(c.seconds, 6), rows_in=c.items_in, rows_out=c.items_out,
+                      tasks_in=c.tasks_in, tasks_out=c.tasks_out)
+        done, failed = self._window_sources
+        if done:
+            self.emit("source_complete", scope="window", count=done)
+        if failed:
+            self.emit("source_failed", scope="window", count=failed)
+        self._window.clear()
+        self._window_sources = [0, 0]
+        self._window_start = now
+
+    def checkpoint_totals(self) -> None:
+        """One ``checkpoint_save`` / ``checkpoint_load`` record per boundary stage."""
+        for stage, (n, size, secs) in sorted(self.saved.items()):
+            self.emit("checkpoint_save", stage=self.names[stage], index=stage, count=n,
+                      bytes=size, seconds=round(secs, 3))
+        for stage, n in sorted(self.loaded.items()):
+            self.emit("checkpoint_load", stage=self.names[stage], index=stage, count=n)
+        if len(self.notes) > 100:
+            self.emit("warning", message=f"{len(self.notes) - 100} more stage checkpoint "
+                      "warnings (see the driver log)")
+
+    def run_totals(self, counts: dict[int, StageCount], summary: dict[str, Any] | None) -> None:
+        """The end of a run: the open window, one record per stage, failures and warnings."""
+        self.close()
+        for i, name in enumerate(self.names):
+            self.emit("stage_complete", scope="run", stage=name, index=i, **asdict(counts[i]))
+        failed = (summary or {}).get("failed_sources") or []
+        if failed:
+            self.emit("source_failed", count=len(failed), source_ids=failed[:100])
+        for text in (summary or {}).get("warnings", {}):
+            self.emit("warning", message=text)
+
+    def close(self) -> None:
+        """Flush the open window's sums."""
+        if self._window:
+            self.flush_window()
+
+    def checkpoint_summary(self) -> dict[str, Any]:
+        return {
+            "saved": {self.names[i]: {"count": n, "bytes": b, "seconds": round(t, 3)}
+                      for i, (n, b, t) in sorted(self.saved.items())},
+            "loaded": {self.names[i]: n for i, n in sorted(self.loaded.items())},
+            "fallbacks": len(self.notes),
+        }

@@ -1,0 +1,272 @@
+"""One run on a Dask cluster, end to end, as short named steps (``DaskRun.execute``).
+
+plan → connect → check resources → open the checkpoint → run the head (sources) → select the
+sources to process (array shard, completed, changed inputs) → stage checkpoints → stream →
+wrap up (flush completions, record inputs) → result. See docs/design/architecture.md ("The path
+of one run").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from curator_dask.backends.base import NullObserver, RunObserver, RunOptions
+from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.backends.dask.events import EventStream
+from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
+from curator_dask.backends.dask.progress import LiveProgress, StageBars
+from curator_dask.backends.dask.result import RunResult
+from curator_dask.errors import ResourceUnavailableError
+from curator_dask.stages.base import NodeInfo, WorkerMetadata
+from curator_dask.tasks import EmptyTask
+
+logger = logging.getLogger(__name__)
+
+
+class DaskRun:
+    """The state of one ``DaskExecutor.execute`` call, and its steps."""
+
+    def __init__(self, executor: Any, stages: Sequence[Any], options: RunOptions,
+                 observer: RunObserver) -> None:
+        self.executor, self.stages, self.options, self.observer = (executor, stages, options,
+                                                                   observer)
+        self.started = time.perf_counter()
+        self.timings: dict[str, float] = {}
+        self.run_id = uuid.uuid4().hex[:12]
+        self.plan: ExecutionPlan = build_plan(
+            stages, fuse=executor.fuse, boundaries=options.stage_checkpoints.boundaries(stages))
+        self.live = LiveProgress(stages, self.run_id)
+        self.counts = {i: StageCount() for i in range(len(stages))}
+        quiet = isinstance(observer, NullObserver)  # no consumer: skip building records
+        self.events = EventStream(None if quiet else observer.event, stages)
+        self.client: Any = None
+        self.completion: Any = None
+        self.planner: Any = None
+        self.input_check: Any = None
+        self.summary: dict[str, Any] | None = None
+        self.sources: list[Any] = []
+        self.todo: list[Any] = []
+        self.skipped = 0
+
+    def mark(self, name: str) -> None:
+        self.timings[name] = time.perf_counter() - self.started
+
+    def mark_first_submit(self) -> None:
+        if not self.executor.stop_signal.event.is_set():
+            self.mark("first_submit")
+        self.live.first_submit = time.time()
+
+    # -- the steps ---------------------------------------------------------------------------
+    def execute(self, initial_tasks: list[Any] | None) -> RunResult:
+        """Run every step; the cluster is closed afterwards unless the executor is entered."""
+        executor = self.executor
+        self.observer.bind(stop=executor.request_stop, progress=self.live.snapshot)
+        self.observer.plan_built(
+            plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict()),
+            executor.settings())
+        executor.stop_signal.reset()  # a stop from here on (even during start) is this run's
+        self.connect()
+        run_completed = False
+        try:
+            check_resources(self.client, self.stages, self.plan)
+            self.open_checkpoint()
+            self.sources = run_head(self.stages, self.plan, initial_tasks or [EmptyTask()],
+                                    self.counts)
+            self.mark("head")
+            self.select_sources()
+            self.prepare_stage_checkpoints()
+            outputs = self.stream() if self.plan.groups and self.todo else self.todo
+            if self.completion is not None:
+                self.summary = self.completion.close()
+            run_completed = True
+        finally:
+            self.wrap_up(run_completed)
+        return self.result(outputs)
+
+    def connect(self) -> None:
+        self.client = self.executor.start()
+        self.mark("cluster")
+        self.live.scheduler = getattr(getattr(self.client, "scheduler", None), "address", None)
+        self.live.dashboard = self.executor.dashboard_link()
+
+    def open_checkpoint(self) -> None:
+        """Register the completion plugin and load the completed set (checkpointed runs)."""
+        options = self.options
+        if options.checkpoint_path is None:
+            return
+        from curator_dask.resumability.client import CompletionClient
+        from curator_dask.resumability.input_check import InputCheck
+
+        self.completion = CompletionClient(self.client, self.run_id, options.checkpoint_path,
+                                           storage_options=options.checkpoint_storage_options)
+        self.mark("checkpoint_loaded")
+        check = InputCheck(options.verify_inputs, options.on_input_change,
+                           options.checkpoint_path, options.checkpoint_storage_options)
+        self.input_check = check if check.enabled else None
+
+    def select_sources(self) -> None:
+        """The array shard's sources, less those completed (unless their inputs changed)."""
+        sources = self.sources
+        if self.options.slurm_array is not None:
+            from curator_dask.slurm.array import filter_slurm_array_source_tasks
+
+            source_stage = self.stages[self.plan.head[-1]]
+            sources = filter_slurm_array_source_tasks(sources, self.options.slurm_array,
+                                                      source_stage.name)
+        self.sources = self.todo = sources
+        changed: list[str] = []
+        if self.completion is not None:
+            if self.input_check is not None:
+                changed = self.input_check.changed_sources(
+                    sources, self.completion.completed_ids(sources))
+            self.todo, self.skipped = self.completion.open_sources(sources, reopen=changed)
+            self.mark("sources_opened")
+        self.live.planned(len(sources), self.skipped, len(self.todo))
+        self.events.emit("sources_planned", total=len(sources), skipped=self.skipped,
+                         to_process=len(self.todo),
+                         **({"reprocessed_changed_inputs": len(changed)} if changed else {}))
+
+    def prepare_stage_checkpoints(self) -> None:
+        ckpt = self.options.stage_checkpoints
+        if not (ckpt.enabled and self.plan.boundaries):
+            return
+        from curator_dask.resumability.stage_checkpoints import CheckpointPlanner
+
+        self.planner = CheckpointPlanner(ckpt, self.stages, self.plan,
+                                         self.options.checkpoint_path,
+                                         self.options.checkpoint_storage_options)
+        todo_ids = {t._source_id for t in self.todo}
+        self.planner.prepare(t._source_id for t in self.sources if t._source_id not in todo_ids)
+
+    def stream(self) -> list[Any]:
+        """Send the stages to the workers once, then stream the sources through them."""
+        from curator_dask.backends.dask.streaming import SourceStream
+        from curator_dask.backends.dask.worker import StageHost
+
+        host = StageHost(self.run_id, list(self.stages), counting=self.completion is not None,
+                         checkpoints=self.planner.runtime if self.planner is not None else None)
+        self.client.register_plugin(host, name=host.name)
+        stream = SourceStream(self, host.name, self.todo)
+        bars = StageBars(self.stages, self.plan, len(self.todo), self.executor.progress,
+                         self.live.dashboard, on_advance=self.live.stage_advanced)
+        try:
+            with performance_report(self.client, self.options.performance_report):
+                return stream.run(bars)
+        finally:
+            bars.close()
+            try:
+                self.client.unregister_worker_plugin(host.name)
+            except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
+                logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
+
+    def wrap_up(self, run_completed: bool) -> None:
+        """Also after a stop or a failure: flush completions, record inputs, close."""
+        if self.planner is not None:
+            self.planner.close(run_completed=run_completed)
+            self.events.checkpoint_totals()
+        if self.completion is not None and self.summary is None:
+            try:
+                self.summary = self.completion.close()
+            except Exception as exc:  # noqa: BLE001 (do not hide the run's own error)
+                logger.error("resumability: could not flush the checkpoint: %s", exc)
+        if self.input_check is not None and self.summary is not None:
+            try:  # sources that completed are recorded, whatever ended the run
+                self.input_check.record(self.live.finished_ids,
+                                        set(self.summary.get("failed_sources") or ()))
+            except Exception as exc:  # noqa: BLE001 (their next run reprocesses them)
+                logger.error("verify_inputs: could not record input fingerprints: %s", exc)
+        self.executor.release()
+
+    def result(self, outputs: list[Any]) -> RunResult:
+        summary = self.summary
+        if summary and summary.get("errors"):
+            from curator_dask.resumability.client import CheckpointError
+
+            msg = "the completion plugin failed:\n" + "\n".join(summary["errors"])
+            raise CheckpointError(msg)
+        result = RunResult(outputs)
+        result.stage_counts = [(s.name, self.counts[i]) for i, s in enumerate(self.stages)]
+        self.events.run_totals(self.counts, summary)
+        result.num_sources = len(self.sources)
+        result.skipped_sources = self.skipped
+        result.checkpoint = summary
+        result.stage_checkpoints = (self.events.checkpoint_summary()
+                                    if self.planner is not None else None)
+        result.wall_time = time.perf_counter() - self.started
+        self.mark("end")
+        result.timings = self.timings
+        result.dashboard_link = self.executor.dashboard_link()
+        logger.info("Finished %d sources in %.2f s: %d output tasks", len(self.todo),
+                    result.wall_time, len(outputs))
+        return result
+
+
+def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan) -> None:
+    """Fail fast when a fusion group needs worker resources no worker offers."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    offered = [w.get("resources") or {} for w in workers.values()]
+    for group in plan.groups:
+        need = group.resource_dict
+        if not need:
+            continue
+        if any(all(res.get(k, 0) >= v for k, v in need.items()) for res in offered):
+            continue
+        stage = stages[group.stage_indices[0]]
+        msg = (
+            f"Stage {stage.name!r} needs Dask worker resources {need}, but none of the "
+            f"{len(offered)} workers offers them (worker resources: "
+            f"{sorted({str(r) for r in offered})}). Start workers that have them, e.g. "
+            "`dask worker ... --resources GPU=1` or DaskExecutor(cluster_kwargs="
+            "{'resources': {'GPU': 1}}), or lower the stage's Resources."
+        )
+        raise ResourceUnavailableError(msg)
+
+
+def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
+             counts: dict[int, StageCount]) -> list[Any]:
+    """Run the stages up to the source on the driver; returns the source tasks."""
+    head = [stages[i] for i in plan.head]
+    node, meta = NodeInfo(node_id=socket.gethostname()), WorkerMetadata(worker_id="driver")
+    for stage in head:
+        stage.setup_on_node(node, meta)
+    for stage in head:
+        stage.setup(meta)
+    started = time.perf_counter()
+    try:
+        batches, head_counts = run_stages([StageAdapter(s) for s in head], [list(initial)])
+    finally:
+        for stage in head:
+            stage.teardown()
+    for i, c in zip(plan.head, head_counts, strict=True):
+        counts[i].merge(c)
+    sources = [t for group in batches for t in group]
+    logger.debug("head: %d sources in %.3f s", len(sources), time.perf_counter() - started)
+    return sources
+
+
+@contextlib.contextmanager
+def performance_report(client: Any, path: str | None) -> Iterator[None]:
+    """``distributed.performance_report`` for one run; a failure to save only logs a warning."""
+    stack = contextlib.ExitStack()
+    if path:
+        try:
+            from distributed import performance_report as report
+
+            stack.enter_context(client.as_current())
+            stack.enter_context(report(filename=path))
+        except Exception as exc:  # noqa: BLE001 (bokeh missing, or an old distributed)
+            logger.warning("no Dask performance report for this run: %s", exc)
+            stack.close()
+    try:
+        yield
+    finally:
+        try:
+            stack.close()  # the report is saved here
+        except Exception as error:  # noqa: BLE001 (the report must not fail the run)
+            logger.warning("could not save the Dask performance report: %s", error)

@@ -1,0 +1,235 @@
+"""Streaming sources through the cluster: the in-flight window, chunking, drain, worker watch.
+
+At most ``window`` chains (one Dask task per fusion group, over a chunk of sources) are in
+flight; each finished chain submits the next. A stop request lets running chains finish for
+``drain-timeout`` seconds and then cancels them; the sources they held stay pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from typing import Any
+
+from curator_dask.backends.dask.keys import task_key
+from curator_dask.backends.dask.worker import GroupResult, run_group
+from curator_dask.errors import RunStopped
+
+logger = logging.getLogger(__name__)
+
+
+class StopSignal:
+    """A stop request: safe to set from a signal handler or another thread.
+
+    Example:
+        >>> stop = StopSignal()
+        >>> stop.request("received SIGUSR1")
+        >>> stop.requested, stop.reason
+        (True, 'received SIGUSR1')
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.requested = False
+        self.reason = "stop requested"
+
+    def request(self, reason: str = "stop requested") -> None:
+        self.reason = reason
+        self.requested = True
+        self.event.set()
+
+    def reset(self) -> None:
+        self.event.clear()
+        self.requested = False
+
+
+class ChunkSizer:
+    """How many sources go into one Dask task.
+
+    One task per source costs a few ms of scheduling and messaging, which dominates when
+    sources are tiny. The sizer starts at one source per task and, from the measured time per
+    source, grows chunks toward ``target_seconds`` of work each, without exceeding ``limit`` or
+    leaving threads idle near the end (at most ``remaining / (2 * threads)`` per chunk).
+
+    Example:
+        >>> sizer = ChunkSizer(threads=2)
+        >>> sizer.next_size(1000)
+        1
+        >>> sizer.observe(1, 0.001)
+        >>> sizer.next_size(1000)
+        100
+    """
+
+    def __init__(self, threads: int, limit: int | None = None, target_seconds: float = 0.1):
+        self.threads = max(1, threads)
+        self.limit = limit if limit is not None else 256
+        self.target_seconds = target_seconds
+        self.per_source: float | None = None
+
+    def observe(self, n_sources: int, seconds: float) -> None:
+        if n_sources <= 0 or seconds <= 0:
+            return
+        sample = seconds / n_sources
+        self.per_source = sample if self.per_source is None else (
+            0.7 * self.per_source + 0.3 * sample)
+
+    def next_size(self, remaining: int) -> int:
+        if self.per_source is None or self.limit <= 1:
+            return 1
+        wanted = int(self.target_seconds / self.per_source) if self.per_source > 0 else self.limit
+        spread = max(1, remaining // (2 * self.threads))
+        return max(1, min(wanted, self.limit, spread))
+
+
+def completed(done: Any) -> Any:
+    """Iterate ``as_completed`` results, ending quietly at futures cancelled by a drain."""
+    from distributed.client import FutureCancelledError
+
+    try:
+        yield from done
+    except (FutureCancelledError, asyncio.CancelledError):
+        return
+
+
+class WorkerWatch:
+    """``worker_lost`` events: the scheduler's worker set, compared every 2 s and at the end."""
+
+    def __init__(self, client: Any, workers: Any, emit: Any) -> None:
+        self.client, self.emit = client, emit
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(set(workers),),
+                                        name="curator-dask-workers", daemon=True)
+        self._thread.start()
+
+    def _run(self, known: set[str]) -> None:
+        while True:
+            last = self._done.wait(2.0)
+            try:
+                now = set(self.client.nthreads())
+            except Exception:  # noqa: BLE001 (the run itself reports a lost scheduler)
+                return
+            for address in sorted(known - now):
+                logger.warning("worker %s left the cluster", address)
+                self.emit("worker_lost", worker=address, remaining=len(now))
+            known = now
+            if last:
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+
+class SourceStream:
+    """Streams one run's sources through the cluster; ``run`` returns the sink's outputs.
+
+    ``run`` is the driver's main loop. ``host`` is the name of the run's ``StageHost`` worker
+    plugin, already registered on the workers.
+    """
+
+    def __init__(self, run: Any, host: str, sources: list[Any]) -> None:
+        from distributed import as_completed
+
+        self.run_ = run
+        self.client, self.plan, self.stop = run.client, run.plan, run.executor.stop_signal
+        self.host = host
+        self.sources = sources
+        self.pending = iter(sources)
+        self.remaining = len(sources)
+        workers = self.client.nthreads()  # {address: threads}
+        threads = sum(workers.values())
+        self.workers = workers
+        self.window = run.executor.max_in_flight or max(1, 2 * threads)
+        self.sizer = ChunkSizer(threads=threads, limit=run.executor.max_sources_per_task)
+        self.done = as_completed(with_results=True)
+        self.in_flight: dict[Any, list[str]] = {}
+        self.outputs: list[Any] = []
+        self.finished = 0
+        self._ended = False
+
+    def run(self, bars: Any) -> list[Any]:
+        """Submit, collect and resubmit until every source finished or a stop drained."""
+        self.bars = bars
+        threading.Thread(target=self._drain, name="curator-dask-drain", daemon=True).start()
+        watch = WorkerWatch(self.client, self.workers, self.run_.events.emit)
+        try:
+            self.run_.mark_first_submit()
+            for _ in range(self.window):
+                self._submit_chunk()
+            for future, result in completed(self.done):
+                self._collect(future, result)
+        except BaseException:
+            self.client.cancel(list(self.in_flight), force=True)
+            raise
+        finally:
+            self._ended = True
+            self.stop.event.set()  # releases the drain thread
+            watch.stop()
+        if self.stop.requested and self.finished < len(self.sources):
+            msg = (f"{self.stop.reason}: stopped after {self.finished} of {len(self.sources)} "
+                   "sources; the rest stay pending")
+            raise RunStopped(msg)
+        return self.outputs
+
+    def _submit_chunk(self) -> None:
+        if self.stop.event.is_set():
+            return
+        chunk = list(itertools.islice(self.pending, self.sizer.next_size(self.remaining)))
+        if not chunk:
+            return
+        self.remaining -= len(chunk)
+        previous: Any = GroupResult(batches=[[task] for task in chunk])
+        planner = self.run_.planner
+        resume = None
+        if planner is not None:
+            resume = {t._source_id: c for t in chunk
+                      if (c := planner.candidates(t._source_id))} or None
+        for group in self.plan.groups:
+            previous = self.client.submit(
+                run_group, self.host, group.index, group.stage_indices, previous,
+                resume if group.index == 0 else None,
+                key=task_key(group.label, self.run_.run_id, chunk),
+                resources=group.resource_dict or None, pure=False,
+            )
+            if group is not self.plan.groups[-1]:
+                self.bars.watch(previous, group, len(chunk))
+        self.in_flight[previous] = [t._source_id or t.task_id for t in chunk]
+        self.run_.live.in_flight(len(chunk))
+        self.done.add(previous)
+
+    def _collect(self, future: Any, result: Any) -> None:
+        ids = self.in_flight.pop(future)
+        run = self.run_
+        run.live.in_flight(-len(ids))
+        future.release()
+        if not isinstance(result, GroupResult):  # cancelled (drain, stop --force)
+            if not self.stop.event.is_set():
+                self.stop.request("its Dask tasks were cancelled on the scheduler")
+            return
+        self.outputs.extend(result.tasks())
+        for i, c in result.counts.items():
+            run.counts[i].merge(c)
+        self.sizer.observe(len(ids), result.seconds)
+        self.bars.advance(self.plan.groups[-1], len(ids))
+        self.finished += len(ids)
+        run.live.chunk_done(ids, result.failed, result.counts)
+        run.events.chunk_done(ids, result)
+        if run.planner is not None:
+            run.planner.sources_finished(ids, result.failed)
+        self._submit_chunk()
+
+    def _drain(self) -> None:
+        self.stop.event.wait()
+        if self._ended:
+            return
+        timeout = self.run_.executor.drain_timeout
+        logger.warning("%s: no new sources; waiting up to %.0f s for %d running tasks",
+                       self.stop.reason, timeout, len(self.in_flight))
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline and not self._ended:
+            time.sleep(0.05)
+        if self.in_flight and not self._ended:
+            self.client.cancel(list(self.in_flight), force=True)

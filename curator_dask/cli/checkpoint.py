@@ -1,0 +1,65 @@
+"""The ``checkpoint inspect`` command: a read-only look at a checkpoint's writer files."""
+
+from __future__ import annotations
+
+import argparse
+
+from curator_dask.cli.common import EXIT_OK, UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``checkpoint`` parser and its ``inspect`` action to the top-level subparsers."""
+    checkpoint = sub.add_parser("checkpoint", help="look at a checkpoint")
+    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
+                                               required=True)
+    inspect = checkpoint_sub.add_parser(
+        "inspect",
+        help="list writer files and completed sources",
+        description=(
+            "List the writer files of a checkpoint (completed counts, unreadable files) and, "
+            "with --input, which input partitions are complete. Read-only."
+        ),
+    )
+    inspect.add_argument("path", metavar="PATH", help="the checkpoint_path of the runs")
+    inspect.add_argument("--input", metavar="GLOB",
+                         help="the pipeline's input (file_paths) to map ids back to files")
+    inspect.add_argument("--files-per-partition", type=int, metavar="N",
+                         help="as the pipeline's reader (ids hash each file group)")
+    inspect.add_argument("--blocksize", metavar="SIZE", help="as the pipeline's reader")
+    inspect.add_argument("--extensions", metavar="EXT", nargs="+",
+                         help="file extensions to include (default: .jsonl .json .parquet)")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    inspect.set_defaults(func=cmd_checkpoint_inspect)
+
+
+def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
+    """Print (or, with ``--json``, dump) the checkpoint's writer files and completed sources."""
+    import json
+
+    from curator_dask.resumability.inspect import inspect_checkpoint, map_partitions
+
+    if args.files_per_partition is not None and args.blocksize is not None:
+        raise UsageError("--files-per-partition and --blocksize are exclusive (as in readers)")
+    report = inspect_checkpoint(args.path)
+    if args.input:
+        map_partitions(report, args.input, files_per_partition=args.files_per_partition,
+                       blocksize=args.blocksize, file_extensions=args.extensions)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return EXIT_OK
+    print(f"checkpoint: {report.checkpoint}")
+    print(f"metadata:   {report.metadata_dir}")
+    print(f"writer files: {len(report.writers)}")
+    for w in report.writers:
+        state = f"{w.completed} completed" if w.error is None else f"UNREADABLE ({w.error})"
+        print(f"  {w.path}  {w.size} bytes  {state}")
+    print(f"completed sources (union): {len(report.completed)}")
+    if report.partitions is not None:
+        done = sum(p.complete for p in report.partitions)
+        print(f"input: {len(report.partitions)} partitions: {done} complete, "
+              f"{len(report.partitions) - done} pending")
+        for p in report.partitions:
+            mark = "complete" if p.complete else "pending "
+            print(f"  {mark}  {p.source_id}  {', '.join(p.files)}")
+    return EXIT_OK

@@ -1,0 +1,210 @@
+"""The ``run`` command: parse its options, build the executor, run the pipeline, print counts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from curator_dask.cli.common import EXIT_OK, EXIT_STOPPED, PROG, UsageError
+from curator_dask.cli.jobs import job_kwargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``run`` parser to the top-level subparsers."""
+    run = sub.add_parser(
+        "run",
+        help="run a pipeline",
+        description=(
+            "Run a pipeline on an embedded LocalCluster (default) or a running scheduler. "
+            "PIPELINE is a YAML file (stages by import path, `_target_` plus keyword "
+            "arguments) or `file.py:function` / `module:function` returning a Pipeline."
+        ),
+    )
+    run.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
+    run.add_argument("--workers", type=int, metavar="N",
+                     help="worker processes of the embedded cluster (default: CPU count)")
+    run.add_argument("--threads-per-worker", type=int, metavar="N",
+                     help="threads per embedded worker (default: 1)")
+    run.add_argument("--address", metavar="ADDR",
+                     help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
+    run.add_argument("--cluster", choices=["local", "slurm", "slurm-runner"], default=None,
+                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config); "
+                          "slurm-runner: inside `srun` with 3+ tasks, rank 0 runs the "
+                          "scheduler, rank 1 this pipeline, the others workers")
+    run.add_argument("--scheduler-file", metavar="PATH",
+                     help="--cluster slurm-runner: shared scheduler file "
+                          "(default ./.curator-dask-scheduler-{job_id}.json)")
+    run.add_argument("--jobs", type=int, metavar="N", help="SLURM worker jobs (--cluster slurm)")
+    run.add_argument("--no-tls", action="store_true",
+                     help="--cluster slurm without TLS (only on a private allocation)")
+    run.add_argument("--checkpoint-path", metavar="PATH",
+                     help="resume from and record completed sources at PATH")
+    run.add_argument("--job-id", metavar="ID", help="name the job (default: a new UTC token)")
+    run.add_argument("--resume", metavar="TOKEN",
+                     help="continue job TOKEN after checking its configuration and inputs")
+    run.add_argument("--work-dir", metavar="DIR",
+                     help="where job folders go (default: config jobs.work-dir, "
+                          "./curator-dask-jobs)")
+    run.add_argument("--verify-content", action="store_true",
+                     help="fingerprint inputs by content (sha256), not size and mtime")
+    run.add_argument("--verify-inputs", choices=["off", "fingerprint", "content"],
+                     help="check that inputs of sources the checkpoint marks complete did not "
+                          "change (default: config checkpoint.verify-inputs, off)")
+    run.add_argument("--on-input-change", choices=["reprocess", "error"],
+                     help="what a completed source whose inputs changed gets (default: "
+                          "reprocess)")
+    run.add_argument("--stage-checkpoints",
+                     choices=["disabled", "every_stage", "every_n_stages", "manual"],
+                     help="memoize stage outputs so replayed sources resume from the deepest "
+                          "boundary (default: config stage-checkpoints.strategy, disabled)")
+    run.add_argument("--checkpoint-every", type=int, metavar="N",
+                     help="every_n_stages: checkpoint after every N-th stage")
+    run.add_argument("--checkpoint-stages", metavar="NAMES",
+                     help="manual: comma-separated stage names to checkpoint after")
+    run.add_argument("--checkpoint-format", choices=["arrow", "parquet"],
+                     help="stage checkpoint file format (default: arrow)")
+    run.add_argument("--checkpoint-retention",
+                     choices=["cleanup_on_complete", "keep_all", "keep_failed_only"],
+                     help="when stage checkpoints are deleted (default: cleanup_on_complete)")
+    run.add_argument("--no-job", action="store_true",
+                     help="run without a job folder (no event log, summary or resume token)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--no-fuse", action="store_true", help="one Dask task per stage")
+    run.add_argument("-v", "--verbose", action="count", default=0,
+                     help="more log output (-v: debug for curator_dask, -vv: also Dask)")
+    run.set_defaults(func=cmd_run)
+
+
+def _print_summary(result) -> None:
+    """Print the per-stage counts table, the totals and the job id of a finished run."""
+    rows = result.counts_table()
+    if not rows:
+        return
+    width = max(len(r["stage"]) for r in rows)
+    print(f"{'stage':<{width}}  {'tasks in':>9} {'tasks out':>9} {'items in':>10} "
+          f"{'items out':>10} {'seconds':>8}")
+    for r in rows:
+        print(f"{r['stage']:<{width}}  {r['tasks_in']:>9} {r['tasks_out']:>9} "
+              f"{r['items_in']:>10} {r['items_out']:>10} {r['seconds']:>8.2f}")
+    print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
+    if result.job_id:
+        print(f"job {result.job_id}")
+
+
+def checkpoint_kwargs(args: argparse.Namespace) -> dict:
+    """Stage checkpoint and input verification options for Pipeline.run."""
+    from curator_dask import config
+
+    kwargs: dict = {"verify_inputs": args.verify_inputs, "on_input_change": args.on_input_change}
+    strategy = args.stage_checkpoints
+    if args.checkpoint_every is not None and strategy in (None, "every_n_stages"):
+        strategy = "every_n_stages"
+    elif args.checkpoint_every is not None:
+        raise UsageError(f"--checkpoint-every goes with every_n_stages, not {strategy}")
+    if args.checkpoint_stages is not None and strategy in (None, "manual"):
+        strategy = "manual"
+    elif args.checkpoint_stages is not None:
+        raise UsageError(f"--checkpoint-stages goes with manual, not {strategy}")
+    given = (strategy, args.checkpoint_format, args.checkpoint_retention)
+    if all(v is None for v in given):
+        return kwargs
+    defaults = config.section("stage-checkpoints")
+    settings = {**defaults, "strategy": strategy or defaults["strategy"]}
+    if settings["strategy"] != "every_n_stages":
+        settings["n"] = None
+    if settings["strategy"] != "manual":
+        settings["stages"] = []
+    if args.checkpoint_every is not None:
+        settings["n"] = args.checkpoint_every
+    if args.checkpoint_stages is not None:
+        settings["stages"] = [n.strip() for n in args.checkpoint_stages.split(",") if n.strip()]
+    for key, value in (("format", args.checkpoint_format),
+                       ("retention", args.checkpoint_retention)):
+        if value is not None:
+            settings[key] = value
+    from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
+    try:
+        kwargs["stage_checkpoints"] = StageCheckpoints(**settings)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return kwargs
+
+
+def _executor(args: argparse.Namespace):
+    """The ``DaskExecutor`` the options describe (every cluster kind runs the same way)."""
+    from curator_dask.backends.dask import DaskExecutor
+
+    return DaskExecutor(
+        address=args.address,
+        cluster=args.cluster if args.cluster in ("slurm", "slurm-runner") else None,
+        jobs=args.jobs,
+        tls=False if args.no_tls else None,
+        scheduler_file=args.scheduler_file,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        progress=False if args.no_progress else None,
+        fuse=False if args.no_fuse else None,
+    )
+
+
+def _drain_on_signals(executor) -> None:
+    """SLURM sends USR1 (``--signal=B:USR1@grace``) before the time limit and TERM on
+    preemption: both stop starting sources and let running ones finish."""
+    import signal
+
+    def stop(signum: int, _frame: object) -> None:
+        executor.request_stop(f"received {signal.Signals(signum).name}")
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Check the options, load the pipeline and run it; SIGUSR1/SIGTERM drain the run.
+
+    Returns:
+        ``EXIT_OK``, or ``EXIT_STOPPED`` when a signal or ``stop`` ended the run early.
+    """
+    from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
+
+    for name in ("workers", "threads_per_worker"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.scheduler_file and args.cluster != "slurm-runner":
+        raise UsageError("--scheduler-file needs --cluster slurm-runner")
+    if args.jobs is not None and args.cluster != "slurm":
+        raise UsageError("--jobs needs --cluster slurm")
+    if args.cluster in ("slurm", "slurm-runner") and args.address:
+        raise UsageError("--cluster slurm starts its own scheduler; drop --address")
+    if args.address and (args.workers or args.threads_per_worker):
+        raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
+                         "they cannot be combined with --address")
+    try:
+        pipeline = load_pipeline(args.pipeline)
+    except PipelineDefinitionError as exc:
+        raise UsageError(str(exc)) from None
+    executor = _executor(args)
+    _drain_on_signals(executor)
+    from curator_dask.errors import RunStopped
+    from curator_dask.jobs.job import ResumeMismatchError
+    from curator_dask.resumability.input_check import InputChangedError
+
+    if args.cluster == "slurm-runner":
+        # Every rank of the srun step gets here; only the driver rank returns from start()
+        # (the scheduler and worker ranks serve until the driver is done, then exit), so
+        # only the driver goes on to make the job folder and run.
+        executor.start()
+    try:
+        result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path,
+                              **job_kwargs(args), **checkpoint_kwargs(args))
+    except RunStopped as exc:
+        print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
+    except (ResumeMismatchError, FileExistsError, InputChangedError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        executor.close()
+    _print_summary(result)
+    return EXIT_OK

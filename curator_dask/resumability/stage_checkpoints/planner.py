@@ -1,0 +1,117 @@
+"""The driver's side of stage checkpoints: resume candidates per source, retention, cleanup."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from curator_dask.resumability.stage_checkpoints.store import (
+    StageCheckpointStore,
+    chain_fingerprint,
+    entry_name,
+    entry_source,
+)
+from curator_dask.resumability.stage_checkpoints.strategy import StageCheckpoints
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class CheckpointRuntime:
+    """What a worker needs: the store and, per fusion group index, its boundary (if any)."""
+
+    store: StageCheckpointStore
+    boundaries: dict[int, tuple[int, str, str]]  # group index -> (stage index, fp, stage name)
+
+
+class CheckpointPlanner:
+    """The driver's side: which entries each source may resume from, retention, totals.
+
+    ``plan`` is the executor's plan: its ``groups`` (each with ``index`` and
+    ``stage_indices``) and ``boundaries`` (the stage indices that are checkpointed).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from curator_dask.stages.text.io.reader import JsonlReader
+        >>> from curator_dask.stages.text.io.writer import JsonlWriter
+        >>> stages = [*JsonlReader(file_paths="memory://in").decompose(),
+        ...           JsonlWriter(path="memory://out")]
+        >>> plan = SimpleNamespace(boundaries=(1,), groups=[
+        ...     SimpleNamespace(index=0, stage_indices=(1,)),
+        ...     SimpleNamespace(index=1, stage_indices=(2,))])
+        >>> planner = CheckpointPlanner(StageCheckpoints("every_stage"), stages, plan,
+        ...                             "memory://planner-doc/ckpt")
+        >>> planner.prepare(done_source_ids=[])  # one listing; entries of done sources go
+        >>> planner.candidates("a1b2")  # nothing saved yet: [(group, stage, fp, entry)]
+        []
+        >>> planner.sources_finished(["a1b2"], failed=set())  # its entries are deleted
+        >>> planner.close(run_completed=True)
+    """
+
+    def __init__(self, config: StageCheckpoints, stages: Sequence[Any], plan: Any,
+                 checkpoint_url: str, storage_options: dict | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.config = config
+        self.store = StageCheckpointStore(checkpoint_url, storage_options, config.format)
+        bounds: dict[int, tuple[int, str, str]] = {}
+        for group in plan.groups:
+            last = group.stage_indices[-1]
+            if last in plan.boundaries:
+                bounds[group.index] = (last, chain_fingerprint(stages, last), stages[last].name)
+        self.runtime = CheckpointRuntime(self.store, bounds)
+        self._valid = {(stage, fp): g for g, (stage, fp, _) in bounds.items()}
+        self._listing: dict[str, list[tuple[int, str, str]]] = {}
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="curator-dask-ckpt-cleanup")
+        self._futures: list[Any] = []
+        self._finished: list[str] = []
+
+    def prepare(self, done_source_ids: Iterable[str]) -> None:
+        """List the store once; drop entries of sources already complete (unless keep_all)."""
+        self._listing = self.store.listing()
+        if self.config.retention != "keep_all":
+            # Only what the listing found: a source complete before this run made nothing now.
+            self._delete(done_source_ids, made=False)
+
+    def candidates(self, source_id: str) -> list[tuple[int, int, str, str]]:
+        """``[(group index, stage index, fingerprint, entry)]`` made by this stage chain."""
+        return [(self._valid[(stage, fp)], stage, fp, name)
+                for stage, fp, name in self._listing.get(entry_source(source_id), ())
+                if (stage, fp) in self._valid]
+
+    def _names(self, source_id: str, *, made: bool = True) -> list[str]:
+        """Entries the listing found for the source, plus (``made``) those this run may have
+        saved."""
+        names = {name for _, _, name in self._listing.get(entry_source(source_id), ())}
+        if made:
+            names.update(entry_name(source_id, stage, fp)
+                         for stage, fp, _ in self.runtime.boundaries.values())
+        return sorted(names)
+
+    def _delete(self, source_ids: Iterable[str], *, made: bool = True) -> None:
+        names = [n for sid in source_ids for n in self._names(sid, made=made)]
+        if names:
+            self._futures.append(self._pool.submit(self.store.delete, names))
+
+    def sources_finished(self, source_ids: Iterable[str], failed: set[str]) -> None:
+        """Sources whose chain ended; those without a FailedTask are complete."""
+        done = [sid for sid in source_ids if sid not in failed]
+        if self.config.retention == "cleanup_on_complete":
+            self._delete(done)
+        elif self.config.retention == "keep_failed_only":
+            self._finished.extend(done)
+
+    def close(self, *, run_completed: bool) -> None:
+        """Apply ``keep_failed_only`` at the end of a completed run; wait for deletions."""
+        if run_completed and self.config.retention == "keep_failed_only":
+            self._delete(self._finished)
+        deleted = 0
+        for future in self._futures:
+            try:
+                deleted += future.result()
+            except Exception as exc:  # noqa: BLE001 (a leftover entry is only disk space)
+                logger.warning("could not delete stage checkpoints: %s", exc)
+        self._pool.shutdown()
+        logger.debug("stage checkpoints: %d entries deleted", deleted)
