@@ -8,9 +8,27 @@ import pytest
 
 from curator_dask.sample_data import generate_jsonl
 
+EXECUTOR_DEFAULTS = {"n_workers": 2, "progress": False}
+
 
 @pytest.fixture
 def jsonl_input(tmp_path):
     """Six JSONL files of 5 documents each (about 10 % shorter than 50 characters)."""
     return generate_jsonl(str(tmp_path / "input"), files=6, docs_per_file=5, short_fraction=0.3,
                           seed=7)
+
+
+@pytest.fixture(scope="module")
+def executor(request):
+    """One ``DaskExecutor`` on a real LocalCluster per test module: 2 worker processes, no
+    progress bars. A module that needs another cluster sets ``EXECUTOR_KWARGS`` (merged over
+    these defaults) with a comment saying why.
+
+    Stages defined in test modules reach the workers by reference (``tests.…``): the workers
+    are spawned with this process's ``sys.path``, which holds the repository root under pytest.
+    """
+    from curator_dask import DaskExecutor
+
+    kwargs = {**EXECUTOR_DEFAULTS, **getattr(request.module, "EXECUTOR_KWARGS", {})}
+    with DaskExecutor(**kwargs) as ex:
+        yield ex

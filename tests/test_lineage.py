@@ -1,4 +1,5 @@
-"""Task identity rules (CONTRACT §1.2-§1.8) and writer base names, on the pure lineage module."""
+"""Task identity rules (docs/design/contract.md §1.2-§1.8) and writer base names, on the pure
+lineage module."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""StageAdapter, run_stages and build_plan (CONTRACT §1.8, §7.2, §7.3; upstream
+"""StageAdapter, run_stages and build_plan (docs/design/contract.md §1.8, §7.2, §7.3; upstream
 tests/backends/test_task_id_postprocess.py). Pure code: no Dask cluster is started."""
 
 from __future__ import annotations

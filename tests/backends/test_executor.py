@@ -9,7 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from dask_test_stages import (
+
+from curator_dask import DaskExecutor, Pipeline, ResourceUnavailableError, StageError
+from curator_dask.stages.text.io.reader import JsonlReader
+from curator_dask.stages.text.io.writer import JsonlWriter
+from tests.backends.dask_test_stages import (
     AddLength,
     BatchRecorder,
     DropShort,
@@ -21,17 +25,7 @@ from dask_test_stages import (
     StageWithSetup,
 )
 
-from curator_dask import DaskExecutor, Pipeline, ResourceUnavailableError, StageError
-from curator_dask.stages.text.io.reader import JsonlReader
-from curator_dask.stages.text.io.writer import JsonlWriter
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def executor():
-    with DaskExecutor(n_workers=2, progress=False) as ex:
-        yield ex
 
 
 def _read_outputs(out_dir: str) -> dict[str, list[dict]]:

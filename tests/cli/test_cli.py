@@ -11,16 +11,15 @@ import textwrap
 import pytest
 
 from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
+from tests.helpers import cli as run_cli
 
 EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                                         "examples"))
 
 
 def cli(*args: str, cwd, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "curator_dask", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    """The shared CLI helper with examples/ importable (pipelines there name its modules)."""
+    return run_cli(*args, cwd=cwd, timeout=timeout, pythonpath=[EXAMPLES])
 
 
 def test_help_imports_nothing_heavy(tmp_path):

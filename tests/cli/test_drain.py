@@ -5,15 +5,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pytest
 
-from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
 from curator_dask.sample_data import generate_jsonl
+from tests.helpers import cli, completed_ids, poll_for, start_cli
 
 pytestmark = pytest.mark.slow
 
@@ -40,50 +37,44 @@ def start_job(tmp_path, pipeline: str, job_id: str, *, files: int, seed: int):
     the job summary's path."""
     (tmp_path / "pipe.py").write_text(pipeline)
     generate_jsonl(str(tmp_path / "input"), files=files, docs_per_file=2, seed=seed)
-    proc = subprocess.Popen([sys.executable, "-m", "curator_dask", "run", "pipe.py:build",
-                             "--workers", "1", "--no-progress", "--job-id", job_id],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_cli("run", "pipe.py:build", "--workers", "1", "--no-progress", "--job-id",
+                     job_id, cwd=tmp_path)
     return proc, tmp_path / "curator-dask-jobs" / job_id / "job_summary.json"
 
 
-def completed(ckpt) -> set[str]:
-    ids: set[str] = set()
-    for f in (ckpt / METADATA_DIRNAME).glob("*.mdb"):
-        ids |= read_completed(str(f))
-    return ids
+def summary_with_sources(path) -> dict | None:
+    """The job summary once it counts the sources (the run has planned), else None."""
+    import json
+
+    if path.exists() and (summary := json.loads(path.read_text())).get("sources"):
+        return summary
+    return None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["usr1", "term"])
 def test_signal_drains_then_resume_skips_completed(tmp_path, sig):
     (tmp_path / "pipe.py").write_text(PIPELINE)
     generate_jsonl(str(tmp_path / "input"), files=10, docs_per_file=2, seed=1)
-    cmd = [sys.executable, "-m", "curator_dask", "run", "pipe.py:build", "--workers", "1",
-           "--checkpoint-path", "ckpt", "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        out = tmp_path / "output"
-        if out.exists() and len(list(out.glob("*.jsonl"))) >= 1:
-            break
-        time.sleep(0.05)
+    cmd = ["run", "pipe.py:build", "--workers", "1", "--checkpoint-path", "ckpt", "--no-progress"]
+    proc = start_cli(*cmd, cwd=tmp_path)
+    poll_for(lambda: list((tmp_path / "output").glob("*.jsonl")), 60, "no output appeared",
+             on_timeout=proc.kill)
     proc.send_signal(sig)  # to the driver only, as SLURM's --signal=B:USR1 does
     stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 3, stderr[-2000:]
     assert "stopped after" in stderr and "the rest stay pending" in stderr
     assert f"received {sig.name}" in stderr
     written = len(list((tmp_path / "output").glob("*.jsonl")))
-    done = completed(tmp_path / "ckpt")
+    done = completed_ids(tmp_path / "ckpt")
     # everything that was running finished and was recorded; nothing new was started
     assert len(done) == written and 1 <= written < 10
 
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    again = cli(*cmd, cwd=tmp_path, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     m = re.search(r"10 source partitions: (\d+) already complete \(skipped\), (\d+) to process",
                   again.stderr)
     assert m and int(m.group(1)) == written and int(m.group(2)) == 10 - written
-    assert len(completed(tmp_path / "ckpt")) == 10
+    assert len(completed_ids(tmp_path / "ckpt")) == 10
 
 
 def test_status_reflects_a_running_then_stopped_job_and_resume_finishes(tmp_path):
@@ -93,32 +84,27 @@ def test_status_reflects_a_running_then_stopped_job_and_resume_finishes(tmp_path
 
     (tmp_path / "pipe.py").write_text(PIPELINE)
     generate_jsonl(str(tmp_path / "input"), files=8, docs_per_file=2, seed=2)
-    base = [sys.executable, "-m", "curator_dask"]
-    proc = subprocess.Popen([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
-                             "--job-id", "slow-job"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    summary = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        out = subprocess.run([*base, "status", "slow-job", "--json"], cwd=tmp_path,
-                             capture_output=True, text=True)
-        if out.returncode == 0:
-            summary = json.loads(out.stdout)
-            if summary.get("sources"):
-                break
-        time.sleep(0.2)
+    proc = start_cli("run", "pipe.py:build", "--workers", "1", "--no-progress", "--job-id",
+                     "slow-job", cwd=tmp_path)
+
+    def status_with_sources() -> dict | None:
+        out = cli("status", "slow-job", "--json", cwd=tmp_path)
+        if out.returncode == 0 and (summary := json.loads(out.stdout)).get("sources"):
+            return summary
+        return None
+
+    summary = poll_for(status_with_sources, 60, "`status slow-job --json` never counted sources",
+                       interval=0.2, on_timeout=proc.kill)
     assert summary["state"] == "running" and summary["pid"] == proc.pid
-    listing = subprocess.run([*base, "status"], cwd=tmp_path, capture_output=True, text=True)
+    listing = cli("status", cwd=tmp_path)
     assert "slow-job" in listing.stdout and "running" in listing.stdout
     proc.send_signal(signal.SIGUSR1)
     proc.communicate(timeout=90)
     assert proc.returncode == 3
-    stopped = json.loads(subprocess.run([*base, "status", "slow-job", "--json"], cwd=tmp_path,
-                                        capture_output=True, text=True).stdout)
+    stopped = json.loads(cli("status", "slow-job", "--json", cwd=tmp_path).stdout)
     assert stopped["state"] == "stopped"
-    done = subprocess.run([*base, "run", "pipe.py:build", "--workers", "1", "--no-progress",
-                           "--resume", "slow-job"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    done = cli("run", "pipe.py:build", "--workers", "1", "--no-progress", "--resume", "slow-job",
+               cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     events = read_events(str(tmp_path / "curator-dask-jobs" / "slow-job" / "events.jsonl"))
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -130,30 +116,23 @@ def test_status_reflects_a_running_then_stopped_job_and_resume_finishes(tmp_path
 def test_stop_command_is_cooperative_and_checks_the_process(tmp_path):
     import json
 
-    base = [sys.executable, "-m", "curator_dask"]
     proc, summary_path = start_job(tmp_path, PIPELINE, "stop-me", files=10, seed=6)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if summary_path.exists() and json.loads(summary_path.read_text()).get("sources"):
-            break
-        time.sleep(0.1)
-    stop = subprocess.run([*base, "stop", "stop-me", "--timeout", "60"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=90)
+    poll_for(lambda: summary_with_sources(summary_path), 60, "the job summary never counted "
+             "sources", interval=0.1, on_timeout=proc.kill, ignore=(json.JSONDecodeError,))
+    stop = cli("stop", "stop-me", "--timeout", "60", cwd=tmp_path, timeout=90)
     assert stop.returncode == 0, stop.stderr
     assert stop.stdout.strip().endswith("job stop-me: stopped")
     proc.communicate(timeout=60)
     assert proc.returncode == 3
-    done = completed(tmp_path / "curator-dask-jobs" / "stop-me" / "checkpoint")
+    done = completed_ids(tmp_path / "curator-dask-jobs" / "stop-me" / "checkpoint")
     assert 1 <= len(done) < 10
-    again = subprocess.run([*base, "stop", "stop-me"], cwd=tmp_path, capture_output=True,
-                           text=True)
+    again = cli("stop", "stop-me", cwd=tmp_path)
     assert "is not running (state: stopped)" in again.stdout
     # --force never signals a process that is not the recorded driver
     summary = json.loads(summary_path.read_text())
     summary.update(state="running", pid=os.getpid(), process_start=1.0)
     summary_path.write_text(json.dumps(summary))
-    forced = subprocess.run([*base, "stop", "stop-me", "--force", "--timeout", "0.5"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    forced = cli("stop", "stop-me", "--force", "--timeout", "0.5", cwd=tmp_path, timeout=60)
     assert forced.returncode == 1 and "nothing was signalled" in forced.stderr
 
 
@@ -176,21 +155,34 @@ BLOCKING = textwrap.dedent("""
 """)
 
 
+def processing_run_tasks(summary: dict) -> int:
+    """How many of the job's run's tasks its scheduler has in state ``processing``."""
+    from distributed import Client
+
+    token = summary["run_key_token"]
+
+    def count(dask_scheduler=None) -> int:
+        from curator_dask.backends.dask.keys import is_run_key
+
+        return sum(1 for key, ts in dask_scheduler.tasks.items()
+                   if is_run_key(key, token) and ts.state == "processing")
+
+    with Client(summary["scheduler"], timeout=10) as client:
+        return client.run_on_scheduler(count)
+
+
 def test_stop_force_cancels_through_the_scheduler_without_signals(tmp_path):
     import json
 
-    base = [sys.executable, "-m", "curator_dask"]
     proc, summary_path = start_job(tmp_path, BLOCKING, "stuck", files=3, seed=8)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if (tmp_path / "output").exists() and list((tmp_path / "output").glob("*.jsonl")):
-            break
-        time.sleep(0.1)
-    time.sleep(0.5)
+    poll_for(lambda: list((tmp_path / "output").glob("*.jsonl")), 60, "no output appeared",
+             interval=0.1, on_timeout=proc.kill)
     summary = json.loads(summary_path.read_text())
     assert summary["scheduler"].startswith("tcp://127.0.0.1:") and summary["run_key_token"]
-    stop = subprocess.run([*base, "stop", "stuck", "--force", "--timeout", "60"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    # the stuck sources' tasks run on the job's cluster: what `stop --force` must cancel
+    poll_for(lambda: processing_run_tasks(summary), 60, "no task of the run is processing",
+             interval=0.1, on_timeout=proc.kill)
+    stop = cli("stop", "stuck", "--force", "--timeout", "60", cwd=tmp_path, timeout=120)
     assert stop.returncode == 0, stop.stderr
     assert re.search(r"cancelled [1-9]\d* Dask tasks of the run", stop.stdout)
     assert "SIGTERM" not in stop.stdout and stop.stdout.strip().endswith("job stuck: stopped")

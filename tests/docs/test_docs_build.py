@@ -8,15 +8,14 @@ import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "docs"))
+from tests.helpers import REPO_ROOT as ROOT
+from tests.helpers import docs_tool
 
-import gen_cli_reference  # noqa: E402
-import gen_config_reference  # noqa: E402
+gen_cli_reference = docs_tool("gen_cli_reference")
+gen_config_reference = docs_tool("gen_config_reference")
 
 
 def _missing_docs_tools() -> str | None:

@@ -7,16 +7,14 @@ temporary directory, with this interpreter, under its time limit.
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "docs"))
+from tests.helpers import REPO_ROOT as ROOT
+from tests.helpers import docs_tool
 
-import snippets  # noqa: E402
+snippets = docs_tool("snippets")
 
 
 def _collect():

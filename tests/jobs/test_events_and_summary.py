@@ -73,7 +73,7 @@ def test_event_volume_stays_bounded_at_100000_sources():
     """100,000 one-source Dask tasks through the executor's event stream: per-task records up
     to the detail limit, then per-window sums that still add up to every source and row."""
     from curator_dask.backends.dask.adapter import StageCount
-    from curator_dask.backends.dask.executor import _EventStream
+    from curator_dask.backends.dask.events import EventStream
     from curator_dask.backends.dask.worker import GroupResult
 
     class Stage:
@@ -81,7 +81,7 @@ def test_event_volume_stays_bounded_at_100000_sources():
             self.name = name
 
     records = []
-    stream = _EventStream(lambda type_, **f: records.append((type_, f)),
+    stream = EventStream(lambda type_, **f: records.append((type_, f)),
                           [Stage("src"), Stage("filter"), Stage("writer")], window=0.05)
     for i in range(100_000):
         result = GroupResult(batches=[], counts={1: StageCount(calls=1, items_in=10, items_out=9),
@@ -100,7 +100,7 @@ def test_event_volume_stays_bounded_at_100000_sources():
 
 def test_live_progress_counts_sources_per_stage():
     from curator_dask.backends.dask.adapter import StageCount
-    from curator_dask.backends.dask.executor import LiveProgress
+    from curator_dask.backends.dask.progress import LiveProgress
 
     class Stage:
         def __init__(self, name):

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resumability"))
-from resume_test_stages import FailSoftOn  # noqa: E402
-
-from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline, ProcessingStage  # noqa: E402
-from curator_dask.jobs.events import read_events  # noqa: E402
-from curator_dask.jobs.job import ResumeMismatchError  # noqa: E402
-from curator_dask.jobs.summary import read_summary  # noqa: E402
-from curator_dask.sample_data import generate_jsonl  # noqa: E402
+from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+from curator_dask.jobs.events import read_events
+from curator_dask.jobs.job import ResumeMismatchError
+from curator_dask.jobs.summary import read_summary
+from curator_dask.sample_data import generate_jsonl
+from tests.resumability.resume_test_stages import FailSoftOn
 
 pytestmark = pytest.mark.slow
+# The shared `executor` fixture (tests/conftest.py) with one worker, as this module's own
+# fixture had it: its runs were written against one worker process.
+EXECUTOR_KWARGS = {"n_workers": 1}
 
 
 @dataclass
@@ -26,12 +26,6 @@ class Boom(ProcessingStage):
 
     def process(self, task):
         raise RuntimeError("boom")
-
-
-@pytest.fixture(scope="module")
-def executor():
-    with DaskExecutor(n_workers=1, progress=False) as ex:
-        yield ex
 
 
 def make(tmp_path, *middle) -> Pipeline:
@@ -104,7 +98,7 @@ def test_worker_lost_logs_and_resolved_config(tmp_path):
     """A stage SIGKILLs its worker once (a real lost worker; the nanny starts a new one)."""
     import json
 
-    from resume_test_stages import KillWorkerOnce
+    from tests.resumability.resume_test_stages import KillWorkerOnce
 
     generate_jsonl(str(tmp_path / "in"), files=3, docs_per_file=1, seed=9)
     work = tmp_path / "jobs"

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 from curator_dask.cli.common import UsageError
-from curator_dask.cli.main import build_parser, checkpoint_kwargs
+from curator_dask.cli.main import build_parser
+from curator_dask.cli.run_command import checkpoint_kwargs
 from curator_dask.jobs.report import duration_stats, throughput_series
 from curator_dask.jobs.view import rates
 from curator_dask.sample_data import generate_jsonl
-
-CLI = [sys.executable, "-m", "curator_dask"]
+from tests.helpers import cli
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +31,7 @@ def job(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_report_is_self_contained_with_plots_and_dask_report(job):
-    out = subprocess.run([*CLI, "report", "rep", "--work-dir", str(job / "jobs")],
-                         capture_output=True, text=True, timeout=120)
+    out = cli("report", "rep", "--work-dir", str(job / "jobs"), timeout=120)
     assert out.returncode == 0, out.stderr
     path = Path(out.stdout.strip())
     assert path == job / "jobs" / "rep" / "report.html"
@@ -44,20 +41,17 @@ def test_report_is_self_contained_with_plots_and_dask_report(job):
     assert "jsonl_writer" in html
     assert (job / "jobs" / "rep" / "dask-performance-report.html").is_file()
     assert 'href="dask-performance-report.html"' in html
-    missing = subprocess.run([*CLI, "report", "nope", "--work-dir", str(job / "jobs")],
-                             capture_output=True, text=True)
+    missing = cli("report", "nope", "--work-dir", str(job / "jobs"))
     assert missing.returncode == 2 and "no job 'nope'" in missing.stderr
 
 
 @pytest.mark.slow
 def test_status_table_and_json(job):
-    table = subprocess.run([*CLI, "status", "rep", "--work-dir", str(job / "jobs")],
-                           capture_output=True, text=True)
+    table = cli("status", "rep", "--work-dir", str(job / "jobs"))
     assert table.returncode == 0, table.stderr
     assert "completed" in table.stdout and "jsonl_writer" in table.stdout
     assert "6/6 done" in table.stdout
-    data = json.loads(subprocess.run([*CLI, "status", "rep", "--json", "--work-dir",
-                                      str(job / "jobs")], capture_output=True, text=True).stdout)
+    data = json.loads(cli("status", "rep", "--json", "--work-dir", str(job / "jobs")).stdout)
     assert data["sources"]["completed"] == 6 and data["rates"]["remaining"] == 0
     assert data["rates"]["sources_per_s"] > 0
 

@@ -1,4 +1,5 @@
-"""Pipeline.build: composite decomposition and source/sink roles (CONTRACT §1.9; upstream
+"""Pipeline.build: composite decomposition and source/sink roles (docs/design/contract.md §1.9;
+upstream
 tests/pipelines/test_pipelines.py TestPipelineBuild and TestRootTaskIds). Never runs it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Completion counters (CONTRACT §3.1–§3.3) and the adapter's deltas (§8
+"""Completion counters (docs/design/contract.md §3.1–§3.3) and the adapter's deltas (§8
 ``tests/backends/test_resumability_adapter.py`` and ``test_resumability_functional.py``).
 
 Pure code plus real LMDB files in ``tmp_path``: no Dask cluster, no Ray.

@@ -1,4 +1,5 @@
-"""Checkpoint interchange with NeMo Curator 1.4 (CONTRACT §4): files written with plain
+"""Checkpoint interchange with NeMo Curator 1.4 (docs/design/contract.md §4): files written with
+plain
 ``lmdb`` in NeMo's layout are honoured, and this package's files read back with NeMo's exact
 reader flags and union logic. Real LMDB files in ``tmp_path``.
 """
@@ -55,7 +56,8 @@ def nemo_main_db_keys(path: Path) -> list[bytes]:
 
 
 def nemo_union(meta_dir: Path, own: Path | None = None) -> tuple[set[str], list[str]]:
-    """NeMo's ``_load_completed`` for the other writers' files (CONTRACT §4): sorted glob, own
+    """NeMo's ``_load_completed`` for the other writers' files (docs/design/contract.md §4): sorted
+    glob, own
     file excluded, unreadable files skipped with the warning, a missing named db is empty."""
     completed: set[str] = set()
     warnings: list[str] = []

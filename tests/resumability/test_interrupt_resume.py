@@ -8,13 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import lmdb
 import pytest
 
-from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
 from curator_dask.sample_data import generate_jsonl
+from tests.helpers import completed_ids, poll_for
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +56,7 @@ def outputs(cwd: Path) -> dict[str, bytes]:
 
 
 def completed(cwd: Path) -> set[str]:
-    meta = cwd / "checkpoints" / "resume-demo" / METADATA_DIRNAME
-    ids: set[str] = set()
-    for f in meta.glob("*.mdb"):
-        ids |= read_completed(str(f))
-    return ids
+    return completed_ids(cwd / "checkpoints" / "resume-demo")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
@@ -74,16 +70,11 @@ def test_interrupt_then_resume_processes_only_unfinished(tmp_path, sig):
     shutil.rmtree(cwd / "checkpoints")
 
     proc = start(cwd)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        done = [p for p in (cwd / "output").glob("*.jsonl")] if (cwd / "output").exists() else []
-        if len(done) >= 2:
-            break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("no outputs appeared")
-    time.sleep(0.3)  # let the completion writer commit (flush interval 0.2 s)
+    poll_for(lambda: len(list((cwd / "output").glob("*.jsonl"))) >= 2, 120,
+             "no outputs appeared", on_timeout=proc.kill)
+    # the completion writer commits (flush interval 0.2 s); a read racing a commit is retried
+    poll_for(lambda: completed(cwd), 30, "no completion reached the checkpoint",
+             on_timeout=proc.kill, ignore=(FileNotFoundError, lmdb.Error, UnicodeDecodeError))
     os.killpg(proc.pid, sig)  # like Ctrl+C in a terminal: the whole process group
     proc.communicate(timeout=120)
     assert proc.returncode != 0

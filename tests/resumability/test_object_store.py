@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-from resume_test_stages import FailSoftOn
 
 from curator_dask import DaskExecutor, Pipeline
 from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
 from curator_dask.stages.text.io.reader import JsonlReader
 from curator_dask.stages.text.io.writer import JsonlWriter
+from tests.resumability.resume_test_stages import FailSoftOn
 
 pytestmark = pytest.mark.slow
 s3fs = pytest.importorskip("s3fs")

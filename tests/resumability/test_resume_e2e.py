@@ -7,7 +7,14 @@ import os
 import threading
 
 import pytest
-from resume_test_stages import (
+
+from curator_dask import DaskExecutor, Pipeline
+from curator_dask.resumability.store import METADATA_DIRNAME
+from curator_dask.sample_data import generate_jsonl
+from curator_dask.stages.text.io.reader import JsonlReader
+from curator_dask.stages.text.io.writer import JsonlWriter
+from tests.helpers import completed_ids, poll_for
+from tests.resumability.resume_test_stages import (
     DropIds,
     FailSoftOn,
     KillWorkerOnce,
@@ -16,19 +23,7 @@ from resume_test_stages import (
     SendMalformedDeltas,
 )
 
-from curator_dask import DaskExecutor, Pipeline
-from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
-from curator_dask.sample_data import generate_jsonl
-from curator_dask.stages.text.io.reader import JsonlReader
-from curator_dask.stages.text.io.writer import JsonlWriter
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def executor():
-    with DaskExecutor(n_workers=2, progress=False) as ex:
-        yield ex
 
 
 @pytest.fixture
@@ -44,15 +39,6 @@ def pipeline(data, *middle, out="out") -> Pipeline:
         p.add_stage(stage)
     p.add_stage(JsonlWriter(path=str(data / out)))
     return p
-
-
-def completed_ids(checkpoint) -> set[str]:
-    meta = os.path.join(checkpoint, METADATA_DIRNAME)
-    ids: set[str] = set()
-    for name in os.listdir(meta):
-        if name.endswith(".mdb"):
-            ids |= read_completed(os.path.join(meta, name))
-    return ids
 
 
 def test_failed_task_reruns_next_time_and_completes(executor, data):
@@ -230,12 +216,8 @@ def test_owner_disconnect_flushes_and_unregisters(data):
         def plugins(dask_scheduler):
             return list(dask_scheduler.plugins)
 
-        for _ in range(100):
-            if not any("ownerrun" in n for n in observer.run_on_scheduler(plugins)):
-                break
-            import time
-
-            time.sleep(0.05)
+        poll_for(lambda: not any("ownerrun" in n for n in observer.run_on_scheduler(plugins)),
+                 5, "the owner's completion plugin stayed registered")
         assert not any("ownerrun" in n for n in observer.run_on_scheduler(plugins))
         observer.close()
     assert completed_ids(ckpt) == {sid}

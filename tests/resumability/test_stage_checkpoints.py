@@ -14,28 +14,31 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
+import lmdb
 import pyarrow as pa
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from resume_test_stages import Cheap, Expensive, FailSoftOn, Rows  # noqa: E402
-
-from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline  # noqa: E402
-from curator_dask.backends.dask.plan import build_plan  # noqa: E402
-from curator_dask.jobs.events import read_events  # noqa: E402
-from curator_dask.resumability.inspect import inspect_checkpoint  # noqa: E402
-from curator_dask.resumability.stage_checkpoints import (  # noqa: E402
+from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
+from curator_dask.backends.dask.plan import build_plan
+from curator_dask.jobs.events import read_events
+from curator_dask.resumability.inspect import inspect_checkpoint
+from curator_dask.resumability.stage_checkpoints import (
     SUBDIR,
     CheckpointUnusable,
     StageCheckpoints,
     StageCheckpointStore,
     chain_fingerprint,
 )
-from curator_dask.sample_data import generate_jsonl  # noqa: E402
-from curator_dask.tasks import DocumentBatch, FileGroupTask  # noqa: E402
+from curator_dask.sample_data import generate_jsonl
+from curator_dask.tasks import DocumentBatch, FileGroupTask
+from tests.helpers import REPO_ROOT, cli_env, completed_ids, poll_for
+from tests.resumability.resume_test_stages import Cheap, Expensive, FailSoftOn, Rows
+
+# The shared `executor` fixture (tests/conftest.py) with this module's own settings, which its
+# runs were written against: one worker process with two threads (not two worker processes).
+EXECUTOR_KWARGS = {"n_workers": 1, "threads_per_worker": 2}
 
 
 def built(tmp_path, *middle) -> Pipeline:
@@ -183,12 +186,6 @@ class TestStore:
 
 
 # -- real runs ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def executor():
-    with DaskExecutor(n_workers=1, threads_per_worker=2, progress=False) as ex:
-        yield ex
-
-
 def outputs(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
@@ -270,10 +267,9 @@ def test_retention(executor, tmp_path, retention):
     assert len(names) == (2 if retention == "keep_all" else 1)
 
 
+# Run with the repository root on PYTHONPATH (its workers inherit the driver's sys.path).
 RUNNER = textwrap.dedent("""
-    import sys
-    sys.path.insert(0, {tests!r})
-    from resume_test_stages import Cheap, Expensive
+    from tests.resumability.resume_test_stages import Cheap, Expensive
     from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 
     p = Pipeline(name="kill").add_stage(JsonlReader(file_paths={inp!r}))
@@ -289,30 +285,34 @@ RUNNER = textwrap.dedent("""
 @pytest.mark.slow
 def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_path):
     generate_jsonl(str(tmp_path / "in"), files=4, docs_per_file=3, seed=7)
-    paths = {"tests": str(Path(__file__).resolve().parent), "inp": str(tmp_path / "in"),
+    paths = {"inp": str(tmp_path / "in"),
              "calls": str(tmp_path / "calls"), "gate": str(tmp_path / "gate"),
              "out": str(tmp_path / "out"), "ckpt": str(tmp_path / "ckpt"),
              "work": str(tmp_path / "jobs"), "job": "kill"}
     proc = subprocess.Popen([sys.executable, "-c", RUNNER.format(**paths)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=cli_env(pythonpath=[REPO_ROOT]))
     ckpt = tmp_path / "ckpt"
+
+    def at_kill_point() -> bool:
+        done = len(list((tmp_path / "out").glob("*.jsonl"))) if (tmp_path / "out").exists() \
+            else 0
+        blocked = len(calls(tmp_path / "calls", "expensive"))
+        manifests = list((ckpt / SUBDIR).glob("*/manifest.json")) \
+            if (ckpt / SUBDIR).exists() else []
+        if done == 2 and blocked == 4 and len(manifests) == 2:
+            return True
+        assert proc.poll() is None, proc.stdout.read()
+        return False
+
     try:
         # wait: all 4 sources checkpointed after `cheap`, 2 written, 2 blocked in `expensive`
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            done = len(list((tmp_path / "out").glob("*.jsonl"))) if (tmp_path / "out").exists() \
-                else 0
-            blocked = len(calls(tmp_path / "calls", "expensive"))
-            manifests = list((ckpt / SUBDIR).glob("*/manifest.json")) \
-                if (ckpt / SUBDIR).exists() else []
-            if done == 2 and blocked == 4 and len(manifests) == 2:
-                break
-            assert proc.poll() is None, proc.stdout.read()
-            time.sleep(0.1)
-        else:
-            pytest.fail("the run never reached the kill point")
-        time.sleep(1.0)  # completions of the 2 written sources reach LMDB (0.2 s window)
+        poll_for(at_kill_point, 120, "the run never reached the kill point", interval=0.1)
+        # the completions of the 2 written sources reach LMDB (the writer commits every 0.2 s);
+        # a read racing a commit is retried
+        poll_for(lambda: len(completed_ids(ckpt)) == 2, 30,
+                 "the 2 written sources were not recorded as completed",
+                 ignore=(FileNotFoundError, lmdb.Error, UnicodeDecodeError))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

@@ -1,4 +1,5 @@
-"""``CompletionStore`` and its helpers (CONTRACT §4): writer files, union reads, unreadable
+"""``CompletionStore`` and its helpers (docs/design/contract.md §4): writer files, union reads,
+unreadable
 files, mount-table detection and the staged mode for object stores and network file systems.
 
 Real LMDB files in ``tmp_path`` and on fsspec's in-process ``memory://`` file system.

@@ -12,17 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
+from curator_dask import JsonlReader, JsonlWriter, Pipeline
 from curator_dask.resumability.input_check import InputChangedError, InputCheck
 from curator_dask.sample_data import generate_jsonl
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def executor():
-    with DaskExecutor(n_workers=1, progress=False) as ex:
-        yield ex
+# The shared `executor` fixture (tests/conftest.py) with one worker, as this module's own
+# fixture had it: its runs were written against one worker process.
+EXECUTOR_KWARGS = {"n_workers": 1}
 
 
 def pipeline(tmp_path: Path) -> Pipeline:

@@ -1,13 +1,12 @@
-"""SLURM array configuration, shard formula, source filtering and driver rule (CONTRACT §5.1-5.6).
+"""SLURM array configuration, shard formula, source filtering and driver rule.
 
-Mirrors upstream ``tests/backends/test_slurm_array.py`` (config, resolve, filter, driver parts)
-plus every vector and error message of §5.2-5.4 and §5.6.
+See docs/design/contract.md §5.1-5.6. Mirrors upstream ``tests/backends/test_slurm_array.py``
+(config, filter, driver parts) plus every vector and error message of §5.2-5.4 and §5.6.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
 from hypothesis import given, settings
@@ -20,10 +19,8 @@ from curator_dask.slurm.array import (
     SHARD_INDEX_ENV,
     TOTAL_SHARDS_ENV,
     SlurmArrayConfig,
-    configure_slurm_array_source_filtering,
     filter_slurm_array_source_tasks,
     is_slurm_array_driver_process,
-    resolve_slurm_array_config,
     shard_for_task,
 )
 from curator_dask.tasks import FileGroupTask
@@ -124,28 +121,6 @@ def test_from_env_invalid_enabled_value(raw, shown):
     )
 
 
-def test_configure_source_filtering_round_trips():
-    env: dict[str, str] = {}
-    configure_slurm_array_source_filtering(3, 8, 1, environ=env)
-    assert env == {
-        ENABLED_ENV: "1",
-        SHARD_INDEX_ENV: "3",
-        TOTAL_SHARDS_ENV: "8",
-        MINIMUM_SHARD_INDEX_ENV: "1",
-    }
-    assert SlurmArrayConfig.from_env(env) == SlurmArrayConfig(3, 8, 1)
-
-
-def test_configure_source_filtering_round_trips_through_os_environ(clean_os_environ):
-    assert SlurmArrayConfig.from_env() is None
-    configure_slurm_array_source_filtering(3, 8, 1)
-    assert os.environ[ENABLED_ENV] == "1"
-    assert os.environ[SHARD_INDEX_ENV] == "3"
-    assert os.environ[TOTAL_SHARDS_ENV] == "8"
-    assert os.environ[MINIMUM_SHARD_INDEX_ENV] == "1"
-    assert SlurmArrayConfig.from_env() == SlurmArrayConfig(3, 8, 1)
-
-
 def test_from_env_reads_os_environ_by_default(clean_os_environ):
     clean_os_environ.setenv("SLURM_ARRAY_TASK_ID", "4")
     clean_os_environ.setenv("SLURM_ARRAY_TASK_COUNT", "6")
@@ -227,47 +202,7 @@ def test_from_env_parses_with_int():
     assert SlurmArrayConfig.from_env(env) == SlurmArrayConfig(12, 1000, -3)
 
 
-# -- §5.3 resolve and validate ---------------------------------------------------------------
-def test_resolve_non_source_is_none_without_reading_env():
-    assert resolve_slurm_array_config(False, {ENABLED_ENV: "maybe"}) is None
-    assert resolve_slurm_array_config(False, {"SLURM_ARRAY_TASK_ID": "1",
-                                              "SLURM_ARRAY_TASK_COUNT": "2"}) is None
-
-
-def test_resolve_source_without_variables_is_none():
-    assert resolve_slurm_array_config(True, {}) is None
-    assert resolve_slurm_array_config(True, {ENABLED_ENV: "0", SHARD_INDEX_ENV: "-1"}) is None
-
-
-def test_resolve_source_returns_config():
-    env = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "3"}
-    assert resolve_slurm_array_config(True, env) == SlurmArrayConfig(2, 3, 0)
-
-
-def test_resolve_reads_os_environ_by_default(clean_os_environ):
-    clean_os_environ.setenv(SHARD_INDEX_ENV, "1")
-    clean_os_environ.setenv(TOTAL_SHARDS_ENV, "0")
-    with pytest.raises(ValueError, match="total_shards must be greater than 0, got 0"):
-        resolve_slurm_array_config(True)
-
-
-@pytest.mark.parametrize(
-    ("shard", "total", "minimum", "message"),
-    [
-        ("0", "0", "0", "total_shards must be greater than 0, got 0"),
-        ("0", "-2", "-1", "total_shards must be greater than 0, got -2"),
-        ("0", "3", "-1", "minimum_shard_index must be non-negative, got -1"),
-        ("-1", "3", "-2", "minimum_shard_index must be non-negative, got -2"),
-        ("-1", "3", "0", "shard_index must be non-negative, got -1"),
-    ],
-)
-def test_resolve_validation_errors(shard, total, minimum, message):
-    env = {SHARD_INDEX_ENV: shard, TOTAL_SHARDS_ENV: total, MINIMUM_SHARD_INDEX_ENV: minimum}
-    with pytest.raises(ValueError) as exc_info:
-        resolve_slurm_array_config(True, env)
-    assert str(exc_info.value) == message
-
-
+# -- §5.3 validate ----------------------------------------------------------------------------
 def test_validate_errors_directly():
     with pytest.raises(ValueError, match=r"^total_shards must be greater than 0, got 0$"):
         SlurmArrayConfig(0, 0, 0).validate()
@@ -275,20 +210,6 @@ def test_validate_errors_directly():
         SlurmArrayConfig(0, 1, -4).validate()
     with pytest.raises(ValueError, match=r"^shard_index must be non-negative, got -7$"):
         SlurmArrayConfig(-7, 1, 0).validate()
-
-
-def test_resolve_out_of_range_only_warns(caplog):
-    env = {SHARD_INDEX_ENV: "0", TOTAL_SHARDS_ENV: "10", MINIMUM_SHARD_INDEX_ENV: "1"}
-    with caplog.at_level(logging.DEBUG, logger=LOGGER_NAME):
-        config = resolve_slurm_array_config(True, env)
-    assert config == SlurmArrayConfig(shard_index=0, total_shards=10, minimum_shard_index=1)
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert warnings[0].name == LOGGER_NAME
-    assert warnings[0].getMessage() == (
-        "shard_index=0 is outside the assignable shard range [1, 10]. "
-        "This task will not receive any source tasks."
-    )
 
 
 def test_validate_out_of_range_above_maximum_warns(caplog):

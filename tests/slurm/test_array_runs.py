@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "resumability"))
-from resume_test_stages import FailSoftOn  # noqa: E402
-
-from curator_dask import DaskExecutor, Pipeline  # noqa: E402
-from curator_dask.sample_data import generate_jsonl  # noqa: E402
-from curator_dask.slurm.array import SlurmArrayConfig, shard_for_task  # noqa: E402
-from curator_dask.slurm.manifests import (  # noqa: E402
-    find_slurm_array_retries,
-    read_completion_manifests,
-    run_config_path,
-)
-from curator_dask.stages.text.io.reader import JsonlReader  # noqa: E402
-from curator_dask.stages.text.io.writer import JsonlWriter  # noqa: E402
+from curator_dask import Pipeline
+from curator_dask.sample_data import generate_jsonl
+from curator_dask.slurm.array import SlurmArrayConfig, shard_for_task
+from curator_dask.slurm.completion import read_completion_manifests
+from curator_dask.slurm.retry import find_slurm_array_retries
+from curator_dask.slurm.run_config import run_config_path
+from curator_dask.stages.text.io.reader import JsonlReader
+from curator_dask.stages.text.io.writer import JsonlWriter
+from tests.resumability.resume_test_stages import FailSoftOn
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def executor():
-    with DaskExecutor(n_workers=2, progress=False) as ex:
-        yield ex
 
 
 def make(data: Path, out: str, bad=()) -> Pipeline:

@@ -1,5 +1,5 @@
 """run.json, completion manifests, failed-task markers, retry plans, windows and the --array
-formatter (CONTRACT §5.1, §5.7-5.13).
+formatter (docs/design/contract.md §5.1, §5.7-5.13).
 
 Mirrors upstream ``tests/utils/test_atomic_io.py``, ``tests/utils/test_retry_manifest.py``,
 ``tests/backends/test_failed_task_markers.py`` and the manifest/retry parts of
@@ -25,33 +25,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from curator_dask.slurm import manifests
-from curator_dask.slurm.manifests import (
+from curator_dask.resumability.layout import (
     FAILED_TASK_MANIFEST_FILENAME,
-    FAILED_TASKS_DIR_ENV_VAR,
     METADATA_DIRNAME,
     SLURM_ARRAY_COMPLETION_DIRNAME,
-    SLURM_ARRAY_COMPLETION_MANIFEST_NAMESPACE,
     SLURM_ARRAY_RUN_CONFIG_FILENAME,
+)
+from curator_dask.slurm import run_config as manifests
+from curator_dask.slurm.completion import (
+    SLURM_ARRAY_COMPLETION_MANIFEST_NAMESPACE,
     CompletionManifest,
     CompletionManifestRecord,
+    build_slurm_array_completion_manifest,
+    read_completion_manifests,
+)
+from curator_dask.slurm.failed_tasks import (
+    FAILED_TASKS_DIR_ENV_VAR,
+    record_failed_tasks,
+    slurm_array_failed_task_dir,
+)
+from curator_dask.slurm.retry import (
     SlurmArrayRetryPlan,
     SlurmArrayRetrySubmission,
-    build_slurm_array_completion_manifest,
     build_slurm_array_retry_submissions,
-    configure_failed_task_manifest_dir,
-    configure_slurm_array_failed_task_manifest_dir,
-    ensure_slurm_array_run_config,
-    failed_task_manifest_exists,
     find_slurm_array_retries,
     format_slurm_array_indices,
-    read_completion_manifests,
-    record_failed_tasks,
-    run_config_path,
-    slurm_array_failed_task_dir,
-    write_json_atomically,
-    write_json_atomically_if_absent,
 )
+from curator_dask.slurm.run_config import ensure_slurm_array_run_config, run_config_path
+from curator_dask.utils.atomic import write_json_atomically, write_json_atomically_if_absent
 
 COMPACT = (",", ":")
 
@@ -519,63 +520,9 @@ def test_builder_accepts_range_edges(tmp_path):
                                      "total_shards": 10}
 
 
-def test_nested_identity_flattened_metadata_and_extra(tmp_path):
-    manifest = CompletionManifest(
-        tmp_path, namespace="example", identity={"partition_id": 3},
-        metadata={"attempt": 2}, flatten_identity=False, flatten_metadata=True,
-    )
-    path = manifest.mark_completed(extra={"worker": "node-1"})
-    digest = hashlib.sha256(b'{"partition_id":3}').hexdigest()[:16]
-    assert path == tmp_path / METADATA_DIRNAME / ".example_completion" / (
-        f"completed_example_{digest}.json"
-    )
-    assert path.read_text() == (
-        '{"attempt":2,"identity":{"partition_id":3},"status":"completed","worker":"node-1"}\n'
-    )
-
-
-def test_metadata_nested_by_default_and_identity_nested_by_default(tmp_path):
-    manifest = CompletionManifest(
-        tmp_path, namespace="example", identity={"partition_id": 3}, metadata={"attempt": 2}
-    )
-    path = manifest.mark_completed()
-    assert json.loads(path.read_text()) == {
-        "identity": {"partition_id": 3}, "metadata": {"attempt": 2}, "status": "completed",
-    }
-
-
 def test_empty_metadata_is_omitted(tmp_path):
     path = CompletionManifest(tmp_path, namespace="example", identity={"p": 1}).mark_completed()
     assert path.read_text() == '{"identity":{"p":1},"status":"completed"}\n'
-
-
-def test_status_is_always_completed(tmp_path):
-    manifest = CompletionManifest(
-        tmp_path, namespace="example", identity={"status": "pending", "p": 1},
-        metadata={"status": "failed", "m": 2}, flatten_identity=True, flatten_metadata=True,
-    )
-    path = manifest.mark_completed(extra={"status": "failed_tasks", "e": 3})
-    assert path.read_text() == '{"e":3,"m":2,"p":1,"status":"completed"}\n'
-
-
-def test_status_completed_with_nested_identity_and_metadata(tmp_path):
-    manifest = CompletionManifest(
-        tmp_path, namespace="example", identity={"status": "x"}, metadata={"status": "y"}
-    )
-    path = manifest.mark_completed(extra={"status": "z"})
-    assert json.loads(path.read_text()) == {
-        "identity": {"status": "x"}, "metadata": {"status": "y"}, "status": "completed",
-    }
-
-
-def test_payload_merge_order_extra_after_metadata_after_identity(tmp_path):
-    manifest = CompletionManifest(
-        tmp_path, namespace="example", identity={"k": "identity", "i": 1},
-        metadata={"k": "metadata", "m": 1}, flatten_identity=True, flatten_metadata=True,
-    )
-    assert json.loads(manifest.mark_completed().read_text())["k"] == "metadata"
-    data = json.loads(manifest.mark_completed(extra={"k": "extra"}).read_text())
-    assert data == {"i": 1, "k": "extra", "m": 1, "status": "completed"}
 
 
 def test_safe_token_namespace_and_digest_default_str(tmp_path):
@@ -613,33 +560,6 @@ def test_same_identity_writes_same_single_file(tmp_path):
         '{"minimum_shard_index":0,"shard_index":7,"status":"completed","total_shards":11}\n'
     )
     assert mode_of(path_two) == 0o600
-
-
-def test_context_manager_marks_completion_on_success(tmp_path):
-    manifest = CompletionManifest(tmp_path, namespace="example", identity={"p": 3})
-    with manifest as active:
-        assert active is manifest
-        assert not manifest.path.exists()
-    assert manifest.path.read_text() == '{"identity":{"p":3},"status":"completed"}\n'
-
-
-def test_context_manager_writes_nothing_on_exception(tmp_path):
-    manifest = CompletionManifest(tmp_path, namespace="example", identity={"p": 3})
-    with pytest.raises(RuntimeError, match="boom"), manifest:
-        raise RuntimeError("boom")
-    assert not manifest.path.exists()
-    assert not (tmp_path / METADATA_DIRNAME).exists()
-
-
-def test_disabled_manifest_is_a_noop(tmp_path):
-    manifest = CompletionManifest(tmp_path, namespace="example", identity={"p": 3},
-                                  enabled=False)
-    assert manifest.mark_completed() is None
-    assert manifest.mark_completed(extra={"x": 1}) is None
-    with manifest:
-        pass
-    assert not (tmp_path / METADATA_DIRNAME).exists()
-    assert list(tmp_path.iterdir()) == []
 
 
 # -- reading completion manifests ---------------------------------------------------------------
@@ -727,50 +647,30 @@ def test_read_status_not_completed(tmp_path):
 # -- §5.9 failed-task markers ------------------------------------------------------------------
 def test_slurm_failed_task_dir_from_slurm_variables(tmp_path):
     env = {"SLURM_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "7", "SLURM_RESTART_COUNT": "2"}
-    result = configure_slurm_array_failed_task_manifest_dir(tmp_path, 9, environ=env)
+    result = slurm_array_failed_task_dir(tmp_path, 9, env)
     expected = (tmp_path / ".nemo_curator_metadata" / ".failed_tasks" / "slurm_job_123"
                 / "array_task_7" / "restart_2" / "shard_9")
     assert Path(result) == expected
     assert str(result) == str(expected)
-    assert env[FAILED_TASKS_DIR_ENV_VAR] == str(expected)
     assert not expected.exists()  # configuring creates nothing
 
 
 def test_slurm_failed_task_dir_local_fallbacks(tmp_path):
     env: dict[str, str] = {}
-    result = configure_slurm_array_failed_task_manifest_dir(tmp_path, 3, environ=env)
+    result = slurm_array_failed_task_dir(tmp_path, 3, env)
     expected = (tmp_path / METADATA_DIRNAME / ".failed_tasks" / f"slurm_job_local_{os.getpid()}"
                 / "array_task_local" / "restart_0" / "shard_3")
     assert Path(result) == expected
-    assert env == {FAILED_TASKS_DIR_ENV_VAR: str(expected)}
     assert slurm_array_failed_task_dir(tmp_path, 3, {}) == expected
 
 
 def test_slurm_failed_task_dir_is_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     env = {"SLURM_JOB_ID": "5", "SLURM_ARRAY_TASK_ID": "1"}
-    result = configure_slurm_array_failed_task_manifest_dir("ckpt", 1, environ=env)
+    result = slurm_array_failed_task_dir("ckpt", 1, env)
     assert Path(result).is_absolute()
     assert Path(result) == (tmp_path / "ckpt" / METADATA_DIRNAME / ".failed_tasks"
                             / "slurm_job_5" / "array_task_1" / "restart_0" / "shard_1")
-
-
-def test_slurm_failed_task_dir_existing_override_unchanged(tmp_path):
-    override = str(tmp_path / "custom-failed-tasks")
-    env = {FAILED_TASKS_DIR_ENV_VAR: override, "SLURM_JOB_ID": "123"}
-    result = configure_slurm_array_failed_task_manifest_dir(tmp_path / "ckpt", 9, environ=env)
-    assert str(result) == override
-    assert Path(result) == Path(override)
-    assert env[FAILED_TASKS_DIR_ENV_VAR] == override
-
-
-def test_slurm_failed_task_dir_empty_override_is_replaced(tmp_path):
-    env = {FAILED_TASKS_DIR_ENV_VAR: "", "SLURM_JOB_ID": "1", "SLURM_ARRAY_TASK_ID": "2"}
-    result = configure_slurm_array_failed_task_manifest_dir(tmp_path, 4, environ=env)
-    expected = (tmp_path / METADATA_DIRNAME / ".failed_tasks" / "slurm_job_1" / "array_task_2"
-                / "restart_0" / "shard_4")
-    assert Path(result) == expected
-    assert env[FAILED_TASKS_DIR_ENV_VAR] == str(expected)
 
 
 def test_slurm_failed_task_dir_through_os_environ(tmp_path, monkeypatch):
@@ -778,43 +678,18 @@ def test_slurm_failed_task_dir_through_os_environ(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "123")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "7")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
-    result = configure_slurm_array_failed_task_manifest_dir(tmp_path, 9)
+    result = slurm_array_failed_task_dir(tmp_path, 9)
     expected = (tmp_path / METADATA_DIRNAME / ".failed_tasks" / "slurm_job_123" / "array_task_7"
                 / "restart_2" / "shard_9")
     assert Path(result) == expected
-    assert os.environ[FAILED_TASKS_DIR_ENV_VAR] == str(expected)
-    # A second configuration in the same process reuses the first directory.
-    assert Path(configure_slurm_array_failed_task_manifest_dir(tmp_path, 5)) == expected
-
-
-def test_local_attempt_dir(tmp_path):
-    env: dict[str, str] = {}
-    result = Path(configure_failed_task_manifest_dir(tmp_path, environ=env))
-    assert result.parent == tmp_path / METADATA_DIRNAME / ".failed_tasks"
-    assert result.name.startswith("local_attempt_")
-    assert re.fullmatch(r"local_attempt_[0-9a-f]{32}", result.name)
-    assert env[FAILED_TASKS_DIR_ENV_VAR] == str(result)
-    other = Path(configure_failed_task_manifest_dir(tmp_path, environ={}))
-    assert other != result
-
-
-def test_local_attempt_dir_through_os_environ(tmp_path, monkeypatch):
-    monkeypatch.setenv(FAILED_TASKS_DIR_ENV_VAR, "placeholder")
-    monkeypatch.delenv(FAILED_TASKS_DIR_ENV_VAR)
-    result = Path(configure_failed_task_manifest_dir(tmp_path))
-    assert result.parent == tmp_path / ".nemo_curator_metadata" / ".failed_tasks"
-    assert os.environ[FAILED_TASKS_DIR_ENV_VAR] == str(result)
 
 
 def test_record_failed_tasks_writes_single_empty_marker(tmp_path):
     directory = tmp_path / "failed-tasks" / "attempt"
     env = {FAILED_TASKS_DIR_ENV_VAR: str(directory)}
-    assert failed_task_manifest_exists(environ=env) is False
     record_failed_tasks(environ=env)
     assert list(directory.glob("*.json")) == [directory / FAILED_TASK_MANIFEST_FILENAME]
     assert (directory / "failed_tasks.json").read_bytes() == b""
-    assert failed_task_manifest_exists(environ=env) is True
-    assert failed_task_manifest_exists(directory) is True
 
 
 def test_record_failed_tasks_second_call_changes_nothing(tmp_path):
@@ -837,7 +712,6 @@ def test_record_failed_tasks_explicit_directory(tmp_path):
 def test_record_failed_tasks_through_os_environ(tmp_path, monkeypatch):
     monkeypatch.setenv(FAILED_TASKS_DIR_ENV_VAR, str(tmp_path / "from-env"))
     record_failed_tasks()
-    assert failed_task_manifest_exists() is True
     assert (tmp_path / "from-env" / "failed_tasks.json").read_bytes() == b""
 
 
@@ -846,7 +720,6 @@ def test_record_failed_tasks_without_directory_is_a_noop(tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     record_failed_tasks(environ=env)
     assert list(tmp_path.iterdir()) == []
-    assert failed_task_manifest_exists(environ=env) is False
 
 
 def test_record_failed_tasks_without_os_environ_variable_is_a_noop(tmp_path, monkeypatch):
@@ -855,7 +728,6 @@ def test_record_failed_tasks_without_os_environ_variable_is_a_noop(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     record_failed_tasks()
     assert list(tmp_path.iterdir()) == []
-    assert failed_task_manifest_exists() is False
 
 
 def test_record_failed_tasks_touch_oserror_propagates_simulated(tmp_path, monkeypatch):
@@ -873,21 +745,6 @@ def test_record_failed_tasks_mkdir_oserror_propagates(tmp_path):
     blocker.write_text("")
     with pytest.raises(OSError):
         record_failed_tasks(environ={FAILED_TASKS_DIR_ENV_VAR: str(blocker / "attempt")})
-
-
-def test_failed_task_manifest_exists_explicit_directory(tmp_path):
-    directory = tmp_path / "failed-tasks"
-    directory.mkdir()
-    (directory / FAILED_TASK_MANIFEST_FILENAME).write_text("")
-    assert failed_task_manifest_exists(directory) is True
-    assert failed_task_manifest_exists(str(directory)) is True
-    assert failed_task_manifest_exists(tmp_path / "missing") is False
-    assert failed_task_manifest_exists(environ={}) is False
-
-
-def test_failed_task_manifest_exists_requires_a_file(tmp_path):
-    (tmp_path / FAILED_TASK_MANIFEST_FILENAME).mkdir()
-    assert failed_task_manifest_exists(tmp_path) is False
 
 
 # -- §5.11 retry discovery -----------------------------------------------------------------------

@@ -1,36 +1,26 @@
 """A real SLURM (tools/local-slurm/start.sh): array shards, failure, retry, resubmission.
 
-Skipped, with the reason, when no SLURM controller answers (``sinfo`` fails).
+Only the project's own local SLURM is used (tests/slurm/local_slurm.py checks the marks
+start.sh leaves): on an HPC login node, whose ``sinfo`` answers too, these tests are skipped
+with the reason and submit nothing. Jobs ask for what the local node offers (its CPU count).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
+import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from curator_dask.sample_data import generate_jsonl
+from tests.helpers import cli, import_path, poll_for, wait_for_job
+from tests.slurm.local_slurm import local_slurm, node_cpus
 
-
-def _slurm_available() -> str | None:
-    if shutil.which("sbatch") is None:
-        return "sbatch is not installed (start one with tools/local-slurm/start.sh)"
-    try:
-        proc = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"sinfo failed: {exc}"
-    if proc.returncode != 0:
-        return f"no SLURM controller answers: {proc.stderr.strip()}"
-    return None
-
-
-_reason = _slurm_available()
+_reason = local_slurm()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
               pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
@@ -54,21 +44,13 @@ PIPELINE = textwrap.dedent("""
 """)
 
 
-def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120):
-    return subprocess.run([sys.executable, "-m", "curator_dask", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
-def wait_for_job(job_id: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True)
-        if out.returncode == 0 and not out.stdout.strip():
-            return
-        time.sleep(1)
-    subprocess.run(["scancel", job_id])
-    pytest.fail(f"job {job_id} did not finish in {timeout} s")
+def needs_cpus(n: int, what: str) -> None:
+    """Skip, naming the CPUs needed, when the local SLURM's node has fewer than ``n``: a job
+    that can never be scheduled would sit pending until the test's deadline."""
+    cpus = node_cpus()
+    if cpus < n:
+        pytest.skip(f"{what} needs {n} CPUs; the local SLURM's node has {cpus} "
+                    f"(restart it with SLURM_CPUS={n} bash tools/local-slurm/start.sh)")
 
 
 def test_array_failure_retry_submit_and_union(tmp_path):
@@ -142,24 +124,16 @@ def test_requeued_task_resumes_and_skips_completed_sources(tmp_path):
                     "--time", "00:05:00", "--output", str(log), cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        out = tmp_path / "output"
-        if out.exists() and len(list(out.glob("*.jsonl"))) >= 2:
-            break
-        time.sleep(0.1)
-    else:
-        subprocess.run(["scancel", job_id])
-        pytest.fail("the array task produced no output: " + (log.read_text() if log.exists()
-                                                             else "no log"))
+    poll_for(lambda: len(list((tmp_path / "output").glob("*.jsonl"))) >= 2, 120,
+             lambda: "the array task produced no output: " + (log.read_text() if log.exists()
+                                                              else "no log"),
+             interval=0.1, on_timeout=lambda: subprocess.run(["scancel", job_id]))
     requeue = subprocess.run(["scontrol", "requeue", f"{job_id}_0"], capture_output=True,
                              text=True)
     assert requeue.returncode == 0, requeue.stderr
     wait_for_job(job_id, timeout=240)
     text = log.read_text()
     # the restarted task (SLURM_RESTART_COUNT=1) skipped what the first attempt completed
-    import re
-
     found = re.findall(r"8 source partitions: (\d+) already complete \(skipped\), (\d+) to "
                        r"process", text)
     assert found, text[-3000:]
@@ -178,11 +152,11 @@ def test_slurm_cluster_with_tls_replaces_a_cancelled_worker_job(tmp_path):
 
     from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 
-    sys.path.insert(0, str(tmp_path))
+    needs_cpus(2, "two 1-core SLURMCluster worker jobs at once")
     (tmp_path / "slow_stage_mod.py").write_text(SLOW_PIPELINE)
     import cloudpickle
-    import slow_stage_mod
 
+    slow_stage_mod = import_path(tmp_path / "slow_stage_mod.py")
     # SLURM worker jobs cannot import a module that lives only in this test's folder.
     cloudpickle.register_pickle_by_value(slow_stage_mod)
     generate_jsonl(str(tmp_path / "input"), files=12, docs_per_file=2, seed=3)
@@ -199,32 +173,38 @@ def test_slurm_cluster_with_tls_replaces_a_cancelled_worker_job(tmp_path):
                           "curator-dask.slurm.watchdog-interval": 1}):
         executor = DaskExecutor(cluster="slurm", jobs=2, progress=False, cluster_kwargs=kwargs)
         with executor:
-            handle = executor._cluster
+            handle = executor.cluster
             assert handle.tls and handle.cluster.scheduler_address.startswith("tls://")
             executor.start().wait_for_workers(2, timeout=120)
             result: dict = {}
             runner = threading.Thread(
                 target=lambda: result.setdefault("r", pipeline.run(executor=executor)))
             runner.start()
-            deadline = time.monotonic() + 120
-            while not list((tmp_path / "output").glob("*.jsonl")) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            poll_for(lambda: list((tmp_path / "output").glob("*.jsonl")), 120,
+                     "the run wrote no output", interval=0.1)
             jobs = {name: job.job_id for name, job in handle.cluster.workers.items()}
             seen_jobs.update(jobs.values())
             victim = sorted(jobs.values())[0]
             subprocess.run(["scancel", victim], check=True)
-            while runner.is_alive() and time.monotonic() < deadline:
+
+            def run_finished() -> bool:
                 seen_jobs.update(job.job_id for job in handle.cluster.workers.values()
                                  if job.job_id)
-                time.sleep(0.2)
+                return not runner.is_alive()
+
+            poll_for(run_finished, 120, "the run did not finish after its worker job was "
+                     "cancelled", interval=0.2)
             runner.join(timeout=5)
+
             # the watchdog submitted a replacement job, which joined the cluster
-            for _ in range(100):
+            def replaced() -> bool:
                 seen_jobs.update(job.job_id for job in handle.cluster.workers.values()
                                  if job.job_id)
-                if len(seen_jobs) >= 3 and len(executor.start().scheduler_info()["workers"]) >= 2:
-                    break
-                time.sleep(0.2)
+                return (len(seen_jobs) >= 3
+                        and len(executor.start().scheduler_info()["workers"]) >= 2)
+
+            # no failure here: the assertions below say what must hold
+            poll_for(replaced, 20, "", interval=0.2, fail=False)
     assert len(result["r"]) == 12
     assert len(list((tmp_path / "output").glob("*.jsonl"))) == 12
     assert len(seen_jobs) >= 3, seen_jobs
@@ -235,16 +215,79 @@ def test_array_task_as_one_srun_step_with_slurm_runner(tmp_path):
     (tmp_path / "array_pipe.py").write_text(PIPELINE)
     generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=2, seed=21)
     log = tmp_path / "runner.log"
+    tasks = 3  # the fewest SLURMRunner takes: scheduler, driver, one worker; 1 CPU each
+    # A node with fewer CPUs could never start the job (it would pend with PartitionConfig):
+    # there the job asks for --overcommit (sbatch reads SBATCH_OVERCOMMIT; `slurm submit` has
+    # no option for it), so SLURM gives it one CPU and runs all 3 ranks of the step on it.
+    overcommit = {"SBATCH_OVERCOMMIT": "1"} if node_cpus() < tasks else {}
     submitted = cli("slurm", "submit", "array_pipe.py:build", "--array", "0", "--total-shards",
-                    "1", "--checkpoint-path", "ckpt", "--dask-runner-tasks", "3",
+                    "1", "--checkpoint-path", "ckpt", "--dask-runner-tasks", str(tasks),
                     "--cpus-per-task", "1", "--time", "00:05:00", "--output", str(log),
-                    cwd=tmp_path)
+                    cwd=tmp_path, env=overcommit)
     assert submitted.returncode == 0, submitted.stderr
     wait_for_job(submitted.stdout.strip())
     text = log.read_text() if log.exists() else ""
     assert len(list((tmp_path / "output").glob("*.jsonl"))) == 4, text[-3000:]
     retry = cli("slurm", "retry", "--checkpoint-path", "ckpt", cwd=tmp_path)
     assert retry.returncode == 0 and retry.stdout == "", text[-3000:]  # the driver rank wrote it
+
+
+def test_slurm_runner_task_honours_job_options_and_drains_on_usr1(tmp_path):
+    """``--cluster slurm-runner`` runs through the same ``Pipeline.run`` as every cluster kind:
+    the driver rank honours ``--job-id``/``--resume``, and SIGUSR1 drains it with exit 3."""
+    pytest.importorskip("dask_jobqueue")
+    from curator_dask.slurm.sbatch import ArrayJobSpec, render_array_script, submit_script
+
+    (tmp_path / "slow_pipe.py").write_text(SLOW_PIPELINE)
+    generate_jsonl(str(tmp_path / "input"), files=8, docs_per_file=2, seed=5)
+    output, job_dir = tmp_path / "output", tmp_path / "curator-dask-jobs" / "runner-job"
+    # 3 ranks (scheduler, driver, worker); on a smaller node they share CPUs (--overcommit).
+    extra = ["--overcommit"] if node_cpus() < 3 else []
+
+    def submit(log: str, *run_args: str) -> str:
+        spec = ArrayJobSpec(pipeline="slow_pipe.py:build", array="0", total_shards=1,
+                            checkpoint_path=str(tmp_path / "ckpt"), cpus_per_task=1,
+                            time="00:05:00", output=str(tmp_path / log), dask_runner_tasks=3,
+                            workdir=str(tmp_path), extra_run_args=run_args)
+        return submit_script(render_array_script(spec), extra_args=extra)
+
+    def tail(log: str) -> str:
+        path = tmp_path / log
+        return path.read_text()[-4000:] if path.exists() else f"no log at {path}"
+
+    first = submit("first.log", "--job-id", "runner-job")
+    poll_for(lambda: len(list(output.glob("*.jsonl"))) >= 1, 120,
+             lambda: "the srun step wrote no output: " + tail("first.log"))
+    # What SLURM does at --signal=B:USR1@grace: USR1 to the batch shell (here `exec srun`),
+    # which forwards it to every rank of the step.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", first], check=True)
+    wait_for_job(first)
+    log = tail("first.log")
+    assert "stopped: received SIGUSR1" in log, log
+    assert _exit_code(first) == "3:0", log
+    assert json.loads((job_dir / "job_summary.json").read_text())["state"] == "stopped"
+    done_first = len(list(output.glob("*.jsonl")))
+    assert 1 <= done_first < 8, log
+
+    second = submit("second.log", "--resume", "runner-job")
+    wait_for_job(second)
+    log = tail("second.log")
+    assert _exit_code(second) == "0:0", log
+    found = re.findall(r"8 source partitions: (\d+) already complete \(skipped\), (\d+) to "
+                       r"process", log)
+    assert found and int(found[-1][0]) == done_first, log
+    assert json.loads((job_dir / "job_summary.json").read_text())["state"] == "completed"
+    events = [json.loads(line)["type"]
+              for line in (job_dir / "events.jsonl").read_text().splitlines()]
+    assert events.count("run_resume") == 1 and events[-1] == "job_complete", events
+    assert len(list(output.glob("*.jsonl"))) == 8
+
+
+def _exit_code(job_id: str) -> str:
+    """``ExitCode=`` of a finished job, as ``scontrol`` reports it for 10 minutes."""
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                           text=True, check=True).stdout
+    return re.search(r"\bExitCode=(\S+)", shown).group(1)
 
 
 def test_submission_errors_show_command_exit_code_and_output():

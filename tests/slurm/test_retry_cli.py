@@ -1,35 +1,28 @@
-"""``python -m curator_dask slurm retry`` (CONTRACT §5.14, the retry_array.py behaviours).
+"""``python -m curator_dask slurm retry``: the retry_array.py behaviours.
 
-Each test runs the real command in a subprocess against a checkpoint written with the real
-manifest builder. The program name differs from upstream's ``retry_array.py``, so errors are
-compared on the text after ``error: ``.
+See docs/design/contract.md §5.14. Each test runs the real command in a subprocess against a
+checkpoint written with the real manifest builder. The program name differs from upstream's
+``retry_array.py``, so errors are compared on the text after ``error: ``.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from curator_dask.slurm.manifests import (
+from curator_dask.slurm.completion import (
     CompletionManifest,
     build_slurm_array_completion_manifest,
-    ensure_slurm_array_run_config,
-    run_config_path,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from curator_dask.slurm.run_config import ensure_slurm_array_run_config, run_config_path
+from tests.helpers import REPO_ROOT, cli
 
 
 def retry(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NEMO_CURATOR_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "curator_dask", "slurm", "retry", *args],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env, check=False,
-    )
+    return cli("slurm", "retry", *args, cwd=REPO_ROOT, timeout=120,
+               drop_env_prefixes=("SLURM_", "NEMO_CURATOR_"))
 
 
 def error_message(stderr: str) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from curator_dask.slurm.sbatch import ArrayJobSpec, render_array_script
+from tests.helpers import cli
 
 
 def lines(**kw) -> list[str]:
@@ -71,9 +71,8 @@ def test_the_script_is_valid_bash():
 
 
 def test_dry_run_cli_prints_the_script(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "curator_dask", "slurm", "submit", "p.yaml",
-                          "--array", "0-3", "--checkpoint-path", "ckpt", "--dry-run"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = cli("slurm", "submit", "p.yaml", "--array", "0-3", "--checkpoint-path", "ckpt",
+              "--dry-run", cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "#SBATCH --array=0-3" in out.stdout
     assert f"--checkpoint-path {tmp_path / 'ckpt'}" in out.stdout

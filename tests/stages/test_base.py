@@ -1,4 +1,4 @@
-"""ProcessingStage, CompositeStage and Resources (CONTRACT §1.9 defaults, §7.1)."""
+"""ProcessingStage, CompositeStage and Resources (docs/design/contract.md §1.9 defaults, §7.1)."""
 
 from __future__ import annotations
 

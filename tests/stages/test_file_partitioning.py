@@ -1,4 +1,5 @@
-"""FilePartitioningStage (CONTRACT §2 and upstream tests/stages/common/test_file_partitioning.py).
+"""FilePartitioningStage (docs/design/contract.md §2 and upstream
+tests/stages/common/test_file_partitioning.py).
 
 Runs on real files under ``tmp_path`` and on fsspec ``memory://`` (a unique root per test,
 removed afterwards).
@@ -83,7 +84,8 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 
 def make_observed(store: Store) -> None:
-    """CONTRACT §2.5: E.JSONL 2 bytes, a.jsonl 16, b.jsonl 8, sub/c.jsonl 8, d.txt."""
+    """docs/design/contract.md §2.5: E.JSONL 2 bytes, a.jsonl 16, b.jsonl 8, sub/c.jsonl 8,
+    d.txt."""
     store.write("in/E.JSONL", b"x" * 2)
     store.write("in/a.jsonl", b"x" * 16)
     store.write("in/b.jsonl", b"x" * 8)
@@ -138,12 +140,14 @@ class TestPostInit:
 
     @pytest.mark.parametrize(("fpp", "blocksize"), [(2, 0), (0, "1MB"), (0, 0)])
     def test_both_options_set_means_not_none(self, fpp: int, blocksize: int | str) -> None:
-        # CONTRACT §2.1: "set" is "not None" (blocksize unset -> 512MB), not truthiness.
+        # docs/design/contract.md §2.1: "set" is "not None" (blocksize unset -> 512MB), not
+        # truthiness.
         with pytest.raises(ValueError, match="only one is allowed"):
             FilePartitioningStage(file_paths="in/", files_per_partition=fpp, blocksize=blocksize)
 
     def test_blocksize_zero_is_set(self) -> None:
-        # CONTRACT §2.1: _blocksize = parse(blocksize), or 512MB only when blocksize is unset.
+        # docs/design/contract.md §2.1: _blocksize = parse(blocksize), or 512MB only when blocksize
+        # is unset.
         assert FilePartitioningStage(file_paths="in/", blocksize=0)._blocksize == 0
 
     @pytest.mark.parametrize(
@@ -393,7 +397,8 @@ class TestStorageSizeCheck:
     def test_oversized_partition_logs_a_warning(
         self, store: Store, caplog: pytest.LogCaptureFixture
     ) -> None:
-        # CONTRACT §2.3: a per-partition storage-size check logs warnings (texts in the source:
+        # docs/design/contract.md §2.3: a per-partition storage-size check logs warnings (texts in
+        # the source:
         # "File group task has exceeded the storage limit per partition: [...]"). With
         # blocksize "10B", the partition [a.jsonl] holds 16 bytes.
         make_observed(store)

@@ -1,4 +1,5 @@
-"""Tasks and sentinels (CONTRACT §1.1-§1.6, §2.4; upstream test_sentinels / test_tasks /
+"""Tasks and sentinels (docs/design/contract.md §1.1-§1.6, §2.4; upstream test_sentinels /
+test_tasks /
 test_file_group_tasks)."""
 
 from __future__ import annotations

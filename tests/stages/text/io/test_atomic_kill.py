@@ -16,17 +16,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import REPO_ROOT, cli_env, poll_for
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL"),
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
 N_ROWS = 50_000  # ~50 MB of JSONL: the write takes a few hundred ms
 
 # Source shared by the child process and this process, so both build the very same batch.
@@ -70,8 +70,7 @@ def _final_name() -> str:
 
 def _kill_mid_write(out_dir: Path, tag: str, timeout_s: float = 10.0) -> tuple[int, list[str]]:
     """Start the child, SIGKILL it once its temp file exists; return (pid, temp names seen)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = cli_env(pythonpath=[REPO_ROOT])
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD_SRC, str(out_dir), str(N_ROWS), tag],
         stdout=subprocess.PIPE,
@@ -79,25 +78,26 @@ def _kill_mid_write(out_dir: Path, tag: str, timeout_s: float = 10.0) -> tuple[i
         env=env,
     )
     final = _final_name()
-    deadline = time.monotonic() + timeout_s
+
+    def hidden_temps() -> list[str]:
+        temps = [
+            n for n in os.listdir(out_dir) if n.startswith(f".{final}.") and n.endswith(".tmp")
+        ]
+        if not temps and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(
+                "the writer finished without a hidden temp file ever being seen "
+                f"(rc={proc.returncode}, listing={os.listdir(out_dir)}, "
+                f"stdout={out!r}, stderr={err[-2000:]!r})"
+            )
+        return temps
+
     try:
-        while True:
-            temps = [
-                n for n in os.listdir(out_dir) if n.startswith(f".{final}.") and n.endswith(".tmp")
-            ]
-            if temps:
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                pytest.fail(
-                    "the writer finished without a hidden temp file ever being seen "
-                    f"(rc={proc.returncode}, listing={os.listdir(out_dir)}, "
-                    f"stdout={out!r}, stderr={err[-2000:]!r})"
-                )
-            if time.monotonic() > deadline:
-                pytest.fail(f"no temp file appeared within {timeout_s}s: {os.listdir(out_dir)}")
-            time.sleep(0.001)
+        # a short interval: the temp file exists only while the write runs
+        temps = poll_for(hidden_temps, timeout_s,
+                         lambda: f"no temp file appeared within {timeout_s}s: "
+                                 f"{os.listdir(out_dir)}", interval=0.001)
+        os.kill(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()

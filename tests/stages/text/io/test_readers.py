@@ -1,4 +1,5 @@
-"""JSONL and Parquet readers (CONTRACT §6.1, §8 reader entries), Arrow-native variant.
+"""JSONL and Parquet readers (docs/design/contract.md §6.1, §8 reader entries), Arrow-native
+variant.
 
 The reader stages are called directly (no Dask): each test builds a ``FileGroupTask`` the way
 ``FilePartitioningStage`` + the adapter would, and checks the ``DocumentBatch`` it turns into.

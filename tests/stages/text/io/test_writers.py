@@ -1,4 +1,5 @@
-"""JSONL and Parquet writers (CONTRACT §6.2, §8 writer entries) with this package's differences.
+"""JSONL and Parquet writers (docs/design/contract.md §6.2, §8 writer entries) with this package's
+differences.
 
 Differences from NeMo Curator 1.4 tested here: atomic commits (hidden temp file + ``os.replace``
 locally, one ``pipe_file`` elsewhere), lineage-hashed names without ``source_files`` (random
@@ -29,7 +30,8 @@ from curator_dask.tasks import DocumentBatch, FileGroupTask, StagePerfStats
 PARENT_ID = "0_1f82e4a37355"
 TASK_ID = "0_1f82e4a37355_0"
 SOURCE_FILES = ["/data/in/a.jsonl"]
-CONTRACT_BASENAME = "24834f8afda2"  # CONTRACT §6.2: ["/data/in/a.jsonl"] + "0_1f82e4a37355_0"
+# docs/design/contract.md §6.2: ["/data/in/a.jsonl"] + "0_1f82e4a37355_0"
+CONTRACT_BASENAME = "24834f8afda2"
 
 ROWS = {
     "text": ["hello", "wörld ✓", "你好, 世界"],
