@@ -40,6 +40,8 @@ class RunOptions:
         on_input_change: ``reprocess`` or ``error``.
         slurm_array: the array shard to process, or ``None`` for every source.
         performance_report: where to save Dask's performance report of the run, if anywhere.
+        failed_task_dir: where to leave NeMo Curator's empty ``failed_tasks.json`` marker
+            when a task failed (NeMo's own ``Pipeline.run`` reads it there afterwards).
 
     Example:
         >>> RunOptions().requested()
@@ -55,6 +57,7 @@ class RunOptions:
     on_input_change: str = "reprocess"
     slurm_array: SlurmArrayConfig | None = None
     performance_report: str | None = None
+    failed_task_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.stage_checkpoints is None:
@@ -110,6 +113,17 @@ class RunOptions:
                       performance_report=performance_report)
         return options if job else options.checked(stages)
 
+    @classmethod
+    def plain(cls, checkpoint_path: str | None = None) -> RunOptions:
+        """NeMo Curator's call, ``execute(stages, initial_tasks)``: the array shard and the
+        failed-task folder come from this (driver) process's environment, as NeMo's own
+        adapters read them; a checkpoint only through NeMo's ``Pipeline.run`` hook."""
+        from curator_dask.slurm.array import SlurmArrayConfig
+        from curator_dask.slurm.failed_tasks import FAILED_TASKS_DIR_ENV_VAR
+
+        return cls(checkpoint_path=checkpoint_path, slurm_array=SlurmArrayConfig.from_env(),
+                   failed_task_dir=os.environ.get(FAILED_TASKS_DIR_ENV_VAR) or None)
+
     def for_job(self, stages: Sequence[Any], checkpoint_path: str,
                 performance_report: str | None) -> RunOptions:
         """The options with the job's checkpoint and report path, checked."""
@@ -148,9 +162,9 @@ class RunOptions:
     def requested(self) -> list[str]:
         """Names of the options that differ from a plain run (what a foreign executor lacks)."""
         plain = RunOptions()
+        ignored = ("performance_report", "failed_task_dir")
         return [f.name for f in dataclasses.fields(self)
-                if f.name != "performance_report" and getattr(self, f.name) != getattr(plain,
-                                                                                      f.name)]
+                if f.name not in ignored and getattr(self, f.name) != getattr(plain, f.name)]
 
 
 @runtime_checkable

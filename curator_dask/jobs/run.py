@@ -29,11 +29,11 @@ logger = logging.getLogger(__name__)
 
 def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
     """``{path: listing info}`` of the source stage's input files."""
-    from curator_dask.stages.file_partitioning import FilePartitioningStage
+    from curator_dask.models import class_named
     from curator_dask.utils.files import gather_file_infos
 
     source = next((s for s in stages if s.is_source_stage), None)
-    if not isinstance(source, FilePartitioningStage):
+    if not class_named(source, "FilePartitioningStage"):  # either model's
         return {}
     return dict(gather_file_infos(source.file_paths, extensions=source.file_extensions,
                                   storage_options=source.storage_options))
@@ -122,6 +122,8 @@ class JobRun(RunObserver):
         if package_logger.getEffectiveLevel() > logging.INFO:
             package_logger.setLevel(logging.INFO)
         package_logger.addHandler(self._log_handler)
+        # NeMo stages' records from the workers (curator_dask.nemo.logs) go there too.
+        logging.getLogger("nemo_curator").addHandler(self._log_handler)
 
     # -- the RunObserver side ---------------------------------------------------------------
     def bind(self, *, stop: Callable[[str], None], progress: Callable[[], dict]) -> None:
@@ -223,5 +225,6 @@ class JobRun(RunObserver):
         self.events.close()
         package_logger = logging.getLogger("curator_dask")
         package_logger.removeHandler(self._log_handler)
+        logging.getLogger("nemo_curator").removeHandler(self._log_handler)
         package_logger.setLevel(self._log_level)
         self._log_handler.close()

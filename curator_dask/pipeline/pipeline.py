@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from curator_dask import lineage
 from curator_dask.backends.base import BaseExecutor, RunObserver, RunOptions
-from curator_dask.stages.base import CompositeStage, ProcessingStage
+from curator_dask.models import class_named, is_nemo
+from curator_dask.stages.base import ProcessingStage
 
 if TYPE_CHECKING:
     from curator_dask.tasks import Task
@@ -44,9 +45,11 @@ class Pipeline:
         self.config = config or {}
 
     def add_stage(self, stage: ProcessingStage) -> Pipeline:
-        """Append ``stage``; returns the pipeline so calls can be chained."""
-        if not isinstance(stage, ProcessingStage):
-            msg = f"add_stage expects a ProcessingStage, got {type(stage).__name__}: {stage!r}"
+        """Append ``stage`` (curator_dask's or NeMo Curator's); returns the pipeline so calls
+        can be chained."""
+        if not is_stage(stage):
+            msg = (f"add_stage expects a ProcessingStage (curator_dask's or NeMo Curator's), "
+                   f"got {type(stage).__name__}: {stage!r}")
             raise TypeError(msg)
         self.stages.append(stage)
         return self
@@ -94,7 +97,7 @@ class Pipeline:
                 f"  {i + 1}. {stage.name} ({type(stage).__name__}){role}: cpus={res.cpus}, "
                 f"gpus={res.gpus}, batch_size={stage.batch_size}"
             )
-            if isinstance(stage, CompositeStage):
+            if class_named(stage, "CompositeStage"):
                 for sub in stage.decompose():
                     lines.append(f"       - {sub.name} ({type(sub).__name__})")
         return "\n".join(lines)
@@ -222,10 +225,24 @@ class Pipeline:
         return result
 
 
+def is_stage(obj: object) -> bool:
+    """A stage of either model: curator_dask's ``ProcessingStage`` or NeMo Curator's (checked
+    against NeMo's class only for objects that come from NeMo Curator)."""
+    if isinstance(obj, ProcessingStage):
+        return True
+    if not is_nemo(obj):
+        return False
+    from nemo_curator.stages.base import ProcessingStage as NemoStage
+
+    return isinstance(obj, NemoStage)
+
+
 def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:
-    if not isinstance(stage, CompositeStage):
+    if not class_named(stage, "CompositeStage"):
         return [stage]
+    # NeMo's composites apply their with_() overrides while decomposing.
+    decompose = getattr(stage, "decompose_and_apply_with", None) or stage.decompose
     out: list[ProcessingStage] = []
-    for sub in stage.decompose():
+    for sub in decompose():
         out.extend(_decompose(sub))
     return out

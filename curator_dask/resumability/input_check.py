@@ -70,9 +70,9 @@ class InputCheck:
         return self.mode != "off"
 
     def _source_files(self, task: Any) -> dict[str, Any]:
-        from curator_dask.tasks import FileGroupTask
+        from curator_dask.models import class_named
 
-        if not isinstance(task, FileGroupTask):
+        if not class_named(task, "FileGroupTask"):  # either model's
             msg = (f"verify_inputs={self.mode!r} needs sources that are file groups (a "
                    f"FilePartitioningStage or a reader); source {task.task_id!r} is a "
                    f"{type(task).__name__}. Use verify_inputs='off' for this pipeline.")

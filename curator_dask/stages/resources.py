@@ -62,4 +62,6 @@ class Resources:
 
     def dask_resources(self) -> dict[str, float]:
         """The Dask worker resources one task of this stage holds while it runs."""
-        return {"GPU": self.gpus} if self.gpus > 0 else {}
+        from curator_dask.models import dask_resources
+
+        return dask_resources(self)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, fields
 
 from curator_dask import lineage
 from curator_dask.errors import StageError
+from curator_dask.models import model_of
 from curator_dask.resumability.counters import DeltaLog, stage_deltas
 from curator_dask.stages.base import ProcessingStage
-from curator_dask.tasks import NoneTask, StagePerfStats, Task
+from curator_dask.tasks import Task
 
 
 @dataclass
@@ -73,6 +74,8 @@ class StageAdapter:
 
     def __init__(self, stage: ProcessingStage) -> None:
         self.stage = stage
+        self.model = model_of(stage)  # whose NoneTask and performance records to make
+        self.timer = self.model.timer(stage)
 
     def process_batch(
         self, tasks: list[Task], count: StageCount | None = None, deltas: DeltaLog | None = None
@@ -81,14 +84,16 @@ class StageAdapter:
         stage = self.stage
         start = time.perf_counter()
         try:
-            results = list(stage.process_batch(tasks))
+            with self.timer.measure(_items(tasks)):
+                results = list(stage.process_batch(tasks))
         except Exception as exc:
             raise StageError(
                 stage.name, [t.task_id for t in tasks], f"{type(exc).__name__}: {exc}",
                 traceback.format_exc(),
             ) from exc
         elapsed = time.perf_counter() - start
-        results = [NoneTask() if r is None else r for r in results]
+        none_task = self.model.none_task
+        results = [none_task() if r is None else r for r in results]
         lineage.assign_task_ids(tasks, results, is_source=stage.is_source_stage)
         n_failed = sum(1 for r in results if lineage.is_failed_task(r))
         n_filtered = sum(1 for r in results if lineage.is_none_task(r))
@@ -103,12 +108,7 @@ class StageAdapter:
             deltas.add(stage_deltas(type(stage).__name__, tasks, results,
                                     is_sink=stage.is_sink_stage))
         results = [r for r in results if not lineage.is_sentinel(r)]
-        stats = StagePerfStats(
-            stage_name=stage.name,
-            process_time=elapsed,
-            num_items_processed=_items(tasks),
-            custom_metrics=stage._consume_custom_metrics(),
-        )
+        stats = self.timer.stats()
         for r in results:
             r.add_stage_perf(stats)
         if count is None:

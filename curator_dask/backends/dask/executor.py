@@ -15,6 +15,7 @@ from curator_dask import config as _config
 from curator_dask.backends.base import BaseExecutor, NullObserver, RunObserver, RunOptions
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.backends.dask.streaming import StopSignal
+from curator_dask.nemo import hook
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -109,6 +110,7 @@ class DaskExecutor(BaseExecutor):
         self.cluster_kwargs = dict(cluster_kwargs or {})
         self.drain_timeout = float(_config.get("execution.drain-timeout"))
         self.stop_signal = StopSignal()
+        hook.install()  # NeMo's Pipeline.run(checkpoint_path=...) then runs here, not on Ray
         self._provisioned: Any = None
         self._entered = False
 
@@ -199,7 +201,7 @@ class DaskExecutor(BaseExecutor):
         """
         from curator_dask.backends.dask.session import DaskRun
 
-        run = DaskRun(self, stages, options or RunOptions(), observer or NullObserver())
+        run = DaskRun(self, stages, options or RunOptions.plain(), observer or NullObserver())
         return run.execute(initial_tasks)
 
 

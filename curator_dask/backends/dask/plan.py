@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from curator_dask.models import dask_resources
 from curator_dask.stages.base import ProcessingStage
 
 
@@ -60,7 +61,7 @@ class ExecutionPlan:
 
 
 def _resource_key(stage: ProcessingStage) -> tuple[tuple[str, float], ...]:
-    return tuple(sorted(stage.resources.dask_resources().items()))
+    return tuple(sorted(dask_resources(stage.resources).items()))
 
 
 def build_plan(
@@ -110,7 +111,7 @@ def plan_document(
             {"index": i, "name": s.name, "class": f"{type(s).__module__}.{type(s).__qualname__}",
              "source": bool(s.is_source_stage), "sink": bool(s.is_sink_stage),
              "runs_in": role.get(i), "batch_size": s.batch_size,
-             "resources": s.resources.dask_resources(), "checkpoint_after": i in plan.boundaries}
+             "resources": dask_resources(s.resources), "checkpoint_after": i in plan.boundaries}
             for i, s in enumerate(stages)
         ],
         "head": list(plan.head),

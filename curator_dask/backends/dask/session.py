@@ -23,7 +23,8 @@ from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_docu
 from curator_dask.backends.dask.progress import LiveProgress, StageBars
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.errors import ResourceUnavailableError
-from curator_dask.stages.base import NodeInfo, WorkerMetadata
+from curator_dask.models import is_nemo, model_of
+from curator_dask.nemo.checks import refuse_ray_only
 from curator_dask.tasks import EmptyTask
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class DaskRun:
                  observer: RunObserver) -> None:
         self.executor, self.stages, self.options, self.observer = (executor, stages, options,
                                                                    observer)
+        refuse_ray_only(stages)  # before anything starts
         self.started = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.run_id = uuid.uuid4().hex[:12]
@@ -151,6 +153,10 @@ class DaskRun:
 
         host = StageHost(self.run_id, list(self.stages), counting=self.completion is not None,
                          checkpoints=self.planner.runtime if self.planner is not None else None)
+        if any(is_nemo(s) for s in self.stages):
+            from curator_dask.nemo.logs import forward_to_driver
+
+            forward_to_driver(self.client)
         self.client.register_plugin(host, name=host.name)
         stream = SourceStream(self, host.name, self.todo)
         bars = StageBars(self.stages, self.plan, len(self.todo), self.executor.progress,
@@ -181,7 +187,16 @@ class DaskRun:
                                         set(self.summary.get("failed_sources") or ()))
             except Exception as exc:  # noqa: BLE001 (their next run reprocesses them)
                 logger.error("verify_inputs: could not record input fingerprints: %s", exc)
+        if self.options.failed_task_dir and self.saw_failed_task():
+            from curator_dask.slurm.failed_tasks import record_failed_tasks
+
+            record_failed_tasks(self.options.failed_task_dir)
         self.executor.release()
+
+    def saw_failed_task(self) -> bool:
+        """Whether any stage returned a ``FailedTask`` (in the counts, or per the plugin)."""
+        failed = (self.summary or {}).get("failed_sources")
+        return bool(failed) or any(c.failed for c in self.counts.values())
 
     def result(self, outputs: list[Any]) -> RunResult:
         summary = self.summary
@@ -232,11 +247,12 @@ def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
              counts: dict[int, StageCount]) -> list[Any]:
     """Run the stages up to the source on the driver; returns the source tasks."""
     head = [stages[i] for i in plan.head]
-    node, meta = NodeInfo(node_id=socket.gethostname()), WorkerMetadata(worker_id="driver")
     for stage in head:
-        stage.setup_on_node(node, meta)
+        model = model_of(stage)
+        stage.setup_on_node(model.node_info(node_id=socket.gethostname()),
+                            model.worker_metadata(worker_id="driver"))
     for stage in head:
-        stage.setup(meta)
+        stage.setup(model_of(stage).worker_metadata(worker_id="driver"))
     started = time.perf_counter()
     try:
         batches, head_counts = run_stages([StageAdapter(s) for s in head], [list(initial)])

@@ -27,6 +27,7 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.models import is_nemo, model_of
 from curator_dask.resumability.counters import DeltaLog
 from curator_dask.resumability.plugin import TOPIC
 from curator_dask.resumability.stage_checkpoints import (
@@ -34,7 +35,7 @@ from curator_dask.resumability.stage_checkpoints import (
     CheckpointUnusable,
     source_input_digest,
 )
-from curator_dask.stages.base import NodeInfo, ProcessingStage, WorkerMetadata
+from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -90,10 +91,10 @@ def setup_node_once(run_id: str, stages: list[ProcessingStage], worker_id: str) 
     with _host_lock(os.path.join(directory, "node-setup.lock")):
         if os.path.exists(done):
             return
-        node = NodeInfo(node_id=socket.gethostname())
-        meta = WorkerMetadata(worker_id=worker_id)
         for stage in stages:
-            stage.setup_on_node(node, meta)
+            model = model_of(stage)
+            stage.setup_on_node(model.node_info(node_id=socket.gethostname()),
+                                model.worker_metadata(worker_id=worker_id))
         with open(done, "w") as f:
             f.write(f"{worker_id}\n")
 
@@ -118,6 +119,10 @@ class StageHost(WorkerPlugin):
         import cloudpickle
 
         self.stages = cloudpickle.loads(self._stages_payload)
+        if any(is_nemo(s) for s in self.stages):
+            from curator_dask.nemo.logs import bridge_worker_loguru
+
+            bridge_worker_loguru()
         self.worker_id = str(getattr(worker, "name", "") or getattr(worker, "address", ""))
         self._lock = threading.Lock()
         self._adapters: dict[int, StageAdapter] = {}
@@ -142,7 +147,8 @@ class StageHost(WorkerPlugin):
             found = self._adapters.get(index)
             if found is None:
                 setup_node_once(self.run_id, self.stages, self.worker_id)
-                self.stages[index].setup(WorkerMetadata(worker_id=self.worker_id))
+                stage = self.stages[index]
+                stage.setup(model_of(stage).worker_metadata(worker_id=self.worker_id))
                 found = self._adapters[index] = StageAdapter(self.stages[index])
             return found
 

@@ -51,9 +51,9 @@ def chain_fingerprint(stages: Sequence[Any], upto: int) -> str:
 
 def source_input_digest(task: Any) -> str | None:
     """A digest of a source's input files (path, size, mtime or ETag); ``None`` if not files."""
-    from curator_dask.tasks import FileGroupTask
+    from curator_dask.models import class_named
 
-    if not isinstance(task, FileGroupTask) or not task.data:
+    if not class_named(task, "FileGroupTask") or not task.data:  # either model's
         return None
     options = (task.reader_config or {}).get("storage_options")
     try:

@@ -1,0 +1,147 @@
+"""The two models the engine runs: curator_dask's own tasks and stages, and NeMo Curator's.
+
+The engine (plan, adapter, worker plugin, scheduler plugin, stores) is duck-typed over both.
+Where it must *make* an object of a model (a ``NoneTask`` for a filtered slot, the performance
+record a stage call appends to ``_stage_perf``, the ``NodeInfo``/``WorkerMetadata`` handed to
+``setup_on_node``), it asks :func:`model_of`, which imports ``nemo_curator`` only for objects
+that came from it. See docs/design/architecture.md ("Two models, one engine").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+NEMO_PACKAGE = "nemo_curator"
+
+
+def is_nemo(obj: object) -> bool:
+    """Whether ``obj`` is (or its class derives from) a NeMo Curator class; imports nothing.
+
+    Example:
+        >>> is_nemo(object()), is_nemo(3)
+        (False, False)
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    return any(c.__module__.partition(".")[0] == NEMO_PACKAGE for c in cls.__mro__)
+
+
+def class_named(obj: object, *names: str) -> bool:
+    """Whether ``obj``'s class or a base is called one of ``names`` (either model's class).
+
+    Example:
+        >>> class FileGroupTask: pass
+        >>> class Mine(FileGroupTask): pass
+        >>> class_named(Mine(), "FileGroupTask")
+        True
+    """
+    return any(c.__name__ in names for c in type(obj).__mro__)
+
+
+def dask_resources(resources: Any) -> dict[str, float]:
+    """The Dask worker resources one task of a stage holds while it runs: ``{"GPU": n}`` for
+    a stage that needs GPUs (either model's ``Resources``), else nothing.
+
+    Example:
+        >>> from curator_dask.stages.resources import Resources
+        >>> dask_resources(Resources(gpus=1)), dask_resources(Resources(cpus=4))
+        ({'GPU': 1}, {})
+    """
+    gpus = float(getattr(resources, "gpus", 0) or 0)
+    return {"GPU": resources.gpus} if gpus > 0 else {}
+
+
+class _Timer:
+    """curator_dask's record of one stage call: wall time, items in, custom metrics."""
+
+    def __init__(self, stage: Any, perf_class: type) -> None:
+        self.stage, self.perf_class = stage, perf_class
+        self._items, self._seconds = 0, 0.0
+
+    @contextlib.contextmanager
+    def measure(self, items: int) -> Iterator[None]:
+        self._items = items
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds = time.perf_counter() - start
+
+    def stats(self) -> Any:
+        return self.perf_class(stage_name=self.stage.name, process_time=self._seconds,
+                               num_items_processed=self._items,
+                               custom_metrics=self.stage._consume_custom_metrics())
+
+
+class _NemoTimer:
+    """NeMo Curator's own ``StageTimer``, used the way its stage adapters use it, so that
+    ``_stage_perf`` entries (process and idle time, input size, items, custom metrics) are
+    exactly NeMo's."""
+
+    def __init__(self, stage: Any) -> None:
+        from nemo_curator.utils.performance_utils import StageTimer
+
+        self.stage = stage
+        self._timer = StageTimer(stage)
+
+    @contextlib.contextmanager
+    def measure(self, items: int) -> Iterator[None]:
+        self._timer.reinit(items)
+        with self._timer.time_process(items):
+            yield
+
+    def stats(self) -> Any:
+        _, stats = self._timer.log_stats()
+        custom = self.stage._consume_custom_metrics()
+        if custom:
+            stats.custom_metrics.update(custom)
+        return stats
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the engine makes for one model."""
+
+    name: str
+    none_task: type
+    node_info: type
+    worker_metadata: type
+    perf_stats: type
+
+    def timer(self, stage: Any) -> Any:
+        """A per-adapter recorder of stage calls (``measure(items)``, then ``stats()``)."""
+        if self.name == NEMO_PACKAGE:
+            return _NemoTimer(stage)
+        return _Timer(stage, self.perf_stats)
+
+
+@cache
+def _own() -> Model:
+    from curator_dask.stages.base import NodeInfo, WorkerMetadata
+    from curator_dask.tasks import NoneTask, StagePerfStats
+
+    return Model("curator_dask", NoneTask, NodeInfo, WorkerMetadata, StagePerfStats)
+
+
+@cache
+def _nemo() -> Model:
+    from nemo_curator.backends.base import NodeInfo, WorkerMetadata
+    from nemo_curator.tasks import NoneTask
+    from nemo_curator.utils.performance_utils import StagePerfStats
+
+    return Model(NEMO_PACKAGE, NoneTask, NodeInfo, WorkerMetadata, StagePerfStats)
+
+
+def model_of(obj: object) -> Model:
+    """The model a stage (or task) belongs to.
+
+    Example:
+        >>> from curator_dask.stages.base import ProcessingStage
+        >>> model_of(ProcessingStage()).name
+        'curator_dask'
+    """
+    return _nemo() if is_nemo(obj) else _own()

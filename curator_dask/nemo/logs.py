@@ -1,0 +1,69 @@
+"""NeMo stages log through loguru; their records on Dask workers reach the driver's log.
+
+On a worker, loguru's records go into stdlib logging under their module's name
+(``nemo_curator....``); ``Client.forward_logging("nemo_curator")`` carries them to the driver,
+where they are written to loguru again (what a NeMo user sees) and to the job's driver log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+LOGGER = "nemo_curator"
+_lock = threading.Lock()
+_driver_handler: logging.Handler | None = None
+
+
+def bridge_worker_loguru(level: int = logging.INFO) -> None:
+    """In a worker process: loguru's records become stdlib records (idempotent)."""
+    from loguru import logger
+
+    with _lock:
+        if getattr(bridge_worker_loguru, "done", False):
+            return
+        logger.remove()
+        logger.add(_to_stdlib, level=level, format="{message}")
+        logging.getLogger(LOGGER).setLevel(level)
+        bridge_worker_loguru.done = True  # type: ignore[attr-defined]
+
+
+def _to_stdlib(message: object) -> None:
+    record = message.record  # type: ignore[attr-defined]
+    std = logging.getLogger(record["name"] or LOGGER)
+    level = record["level"].no
+    if not std.isEnabledFor(level):
+        return
+    std.handle(std.makeRecord(std.name, level, record["file"].path, record["line"],
+                              record["message"], None, None, record["function"]))
+
+
+class _ToLoguru(logging.Handler):
+    """On the driver: forwarded worker records written to loguru, as NeMo writes its own."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not getattr(record, "worker", None):
+            return  # only records that came from a worker; the driver logs to loguru itself
+        from loguru import logger
+
+        where = {"name": record.name, "function": record.funcName, "line": record.lineno}
+        level = record.levelname if record.levelname in _LOGURU_LEVELS else record.levelno
+        logger.patch(lambda r: r.update(where)).log(  # type: ignore[arg-type]
+            level, "[worker {}] {}", record.worker, record.getMessage())  # type: ignore[attr-defined]
+
+
+_LOGURU_LEVELS = {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"}
+
+
+def forward_to_driver(client: object) -> None:
+    """Forward the workers' ``nemo_curator`` records to this driver (idempotent)."""
+    global _driver_handler
+    client.forward_logging(LOGGER, level=logging.INFO)  # type: ignore[attr-defined]
+    with _lock:
+        if _driver_handler is None:
+            _driver_handler = _ToLoguru()
+            std = logging.getLogger(LOGGER)
+            std.addHandler(_driver_handler)
+            std.propagate = False  # loguru prints them; a root handler would print them twice
+            if std.getEffectiveLevel() > logging.INFO:
+                std.setLevel(logging.INFO)
