@@ -11,8 +11,15 @@ nested mappings with a ``_target_`` are built too)::
       - _target_: curator_dask.stages.text.io.writer.JsonlWriter
         path: ./output
 
-An import path under ``nemo_curator.`` falls back to ``curator_dask.`` when NeMo Curator is not
-installed, so a NeMo Curator pipeline file runs as is.
+An import path under ``nemo_curator.`` names NeMo Curator's own class when NeMo Curator is
+installed (its stages run on the same engine, see docs/design/architecture.md "Two models, one
+engine"; NeMo is imported only then); when it is not, it falls back to the class curator_dask
+mirrors under ``curator_dask.``, so a NeMo Curator pipeline file runs as is. Either way the
+result is a curator_dask ``Pipeline`` (jobs, strict resume, stage checkpoints).
+
+Only classes are called: a ``_target_`` that is a function (``os.system``) is refused before
+anything is called, and a stage's ``_target_`` must be a ``ProcessingStage`` class of either
+model; a nested ``_target_`` (a filter given to ``ScoreFilter``) may be any class.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import os
 import sys
 from typing import Any
 
+from curator_dask.models import NEMO_PACKAGE, is_nemo
 from curator_dask.pipeline import Pipeline
 from curator_dask.stages.base import ProcessingStage
 
@@ -33,8 +41,31 @@ class PipelineDefinitionError(ValueError):
     """The pipeline file or reference is invalid; the message names the field."""
 
 
+def nemo_installed() -> bool:
+    """Whether NeMo Curator can be imported here (looked up, not imported).
+
+    Example:
+        >>> isinstance(nemo_installed(), bool)
+        True
+    """
+    try:
+        return importlib.util.find_spec(NEMO_PACKAGE) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        return False
+
+
 def import_object(path: str, where: str) -> Any:
-    """Import ``package.module.Name`` (or ``package.module:Name``)."""
+    """Import ``package.module.Name`` (or ``package.module:Name``).
+
+    ``nemo_curator.…`` imports NeMo Curator's object when NeMo Curator is installed, else the
+    object curator_dask mirrors under ``curator_dask.…``.
+
+    Example:
+        >>> import_object("curator_dask.stages.text.io.writer.JsonlWriter", "doc").__name__
+        'JsonlWriter'
+        >>> import_object("nemo_curator.stages.text.io.writer.JsonlWriter", "doc").__name__
+        'JsonlWriter'
+    """
     if not isinstance(path, str) or not path.strip():
         raise PipelineDefinitionError(f"{where}: expected an import path string, got {path!r}")
     module_name, _, attr = path.replace(":", ".").rpartition(".")
@@ -42,39 +73,80 @@ def import_object(path: str, where: str) -> Any:
         raise PipelineDefinitionError(
             f"{where}: {path!r} is not an import path (expected package.module.Name)"
         )
-    candidates = [module_name]
-    if module_name.startswith("nemo_curator"):
-        candidates.append("curator_dask" + module_name[len("nemo_curator"):])
-    error: Exception | None = None
-    for candidate in candidates:
-        try:
-            module = importlib.import_module(candidate)
-        except ImportError as exc:
-            error = error or exc
-            continue
+    mirror = None
+    if module_name.partition(".")[0] == NEMO_PACKAGE and not nemo_installed():
+        mirror = "curator_dask" + module_name[len(NEMO_PACKAGE):]
+    try:
+        module = importlib.import_module(mirror or module_name)
+    except ImportError as exc:
+        error = str(exc)
+    else:
         if hasattr(module, attr):
             return getattr(module, attr)
-        error = error or AttributeError(f"module {candidate!r} has no attribute {attr!r}")
+        error = f"module {mirror or module_name!r} has no attribute {attr!r}"
+    if mirror:
+        msg = (f"{where}: cannot import {path!r}: NeMo Curator is not installed (pip install "
+               f"'curator_dask[nemo]') and curator_dask has no {mirror}.{attr} to use instead")
+        raise PipelineDefinitionError(msg)
     raise PipelineDefinitionError(f"{where}: cannot import {path!r}: {error}")
 
 
-def _build(value: Any, where: str) -> Any:
+def is_stage_class(cls: Any) -> bool:
+    """Whether ``cls`` is a ``ProcessingStage`` class of curator_dask or of NeMo Curator.
+
+    NeMo Curator is imported only for a class that comes from it.
+
+    Example:
+        >>> from curator_dask.stages.text.io.writer import JsonlWriter
+        >>> is_stage_class(JsonlWriter), is_stage_class(dict), is_stage_class(len)
+        (True, False, False)
+    """
+    if not isinstance(cls, type):
+        return False
+    if issubclass(cls, ProcessingStage):
+        return True
+    if is_nemo(cls):
+        from nemo_curator.stages.base import ProcessingStage as NemoProcessingStage
+
+        return issubclass(cls, NemoProcessingStage)
+    return False
+
+
+def _build(value: Any, where: str, stage: bool = False) -> Any:
     if isinstance(value, list):
         return [_build(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if not isinstance(value, dict):
         return value
     if "_target_" not in value:
         return {k: _build(v, f"{where}.{k}") for k, v in value.items()}
-    target = import_object(value["_target_"], f"{where}._target_")
+    name = value["_target_"]
+    target = import_object(name, f"{where}._target_")
+    # Checked before anything is called: a pipeline file names classes, never functions.
+    if stage and not is_stage_class(target):
+        raise PipelineDefinitionError(f"{where}._target_: {name} is not a ProcessingStage class")
+    if not isinstance(target, type):
+        raise PipelineDefinitionError(
+            f"{where}._target_: {name} is not a class (a _target_ must name a class)")
     kwargs = {k: _build(v, f"{where}.{k}") for k, v in value.items() if k != "_target_"}
     try:
         return target(**kwargs)
     except (TypeError, ValueError, NotImplementedError, FileExistsError) as exc:
-        raise PipelineDefinitionError(f"{where} ({value['_target_']}): {exc}") from None
+        raise PipelineDefinitionError(f"{where} ({name}): {exc}") from None
 
 
 def pipeline_from_mapping(spec: Any, source: str = "pipeline") -> Pipeline:
-    """Build a ``Pipeline`` from a parsed YAML mapping."""
+    """Build a curator_dask ``Pipeline`` from a parsed YAML mapping (stages of either model).
+
+    Example:
+        >>> spec = {"name": "p", "stages": [
+        ...     {"_target_": "curator_dask.stages.text.io.reader.JsonlReader", "file_paths": "in"},
+        ...     {"_target_": "os.system", "command": "echo never"}]}
+        >>> try:
+        ...     pipeline_from_mapping(spec, "p.yaml")
+        ... except PipelineDefinitionError as exc:
+        ...     print(exc)
+        p.yaml: stages[1]._target_: os.system is not a ProcessingStage class
+    """
     if not isinstance(spec, dict):
         raise PipelineDefinitionError(
             f"{source}: expected a mapping with a 'stages' list, got {type(spec).__name__}"
@@ -95,12 +167,7 @@ def pipeline_from_mapping(spec: Any, source: str = "pipeline") -> Pipeline:
             raise PipelineDefinitionError(
                 f"{where}: expected a mapping with '_target_: package.module.StageClass'"
             )
-        stage = _build(entry, where)
-        if not isinstance(stage, ProcessingStage):
-            raise PipelineDefinitionError(
-                f"{where}._target_: {entry['_target_']} is not a ProcessingStage"
-            )
-        pipeline.add_stage(stage)
+        pipeline.add_stage(_build(entry, where, stage=True))
     return pipeline
 
 

@@ -2,56 +2,223 @@
 
 Data-Juicer compares raw YAML text (a comment fails it, a code change passes it). Here the
 fingerprint is built from the *built* stages: each stage's class, name, roles, resources,
-batch size and parameters (dataclass fields, or public attributes), normalized to JSON. A
-resume compares field by field and names what changed. Inputs are fingerprinted by path, size
-and modification time (or ETag), optionally by a full content hash. Pure: no Dask, no LMDB.
+batch size and parameters, normalized to JSON, including the parameters of the objects a stage
+holds (a filter in ``ScoreFilter``, a modifier in ``Modify``); the rule is
+:func:`stage_fingerprint`'s. A resume compares field by field and names what changed. Inputs
+are fingerprinted by path, size and modification time (or ETag), optionally by a full content
+hash. Pure: no Dask, no LMDB, and no import of the libraries whose objects it describes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import enum
+import functools
 import hashlib
 import json
 import math
+import re
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import fsspec
 
+from curator_dask.models import class_named
+
 _MAX_DEPTH = 6
+# Inside a held object, a container with more items than this is fingerprinted by its length
+# and a digest, so a stop-word list does not fill config_fingerprint.json (a change still shows).
+_MAX_ITEMS = 256
+# Objects of these packages are run-time state (threads, locks, loggers, files, sockets, file
+# systems, clients, clusters, models, tensors, frames), not configuration: their class only.
+_RUNTIME_PACKAGES = frozenset({
+    "_io", "io", "_thread", "threading", "logging", "socket", "_socket", "ssl", "_ssl",
+    "subprocess", "multiprocessing", "concurrent", "asyncio", "_asyncio", "queue", "_queue",
+    "selectors", "sqlite3", "weakref", "tempfile", "mmap",
+    "fsspec", "s3fs", "gcsfs", "adlfs", "botocore", "boto3", "aiobotocore", "aiohttp",
+    "requests", "urllib3", "httpx", "dask", "distributed", "ray", "lmdb",
+    "torch", "tensorflow", "jax", "jaxlib", "transformers", "tokenizers", "sentencepiece",
+    "fasttext", "vllm", "onnxruntime", "sklearn", "spacy", "jieba", "pandas", "pyarrow",
+    "polars", "cudf", "cupy",
+})
+# Per-document scratch attributes of NeMo Curator's DocumentFilter / DocumentModifier (set while
+# a document is scored or modified, never configuration).
+_NEMO_SCRATCH = frozenset({"_sentences", "_paragraphs", "_ngrams",
+                           "_boilerplate_paragraph_indices", "_top_or_bottom_only"})
+# Names whose values are credentials (``hf_token``, ``storage_options["secret"]``): only a
+# digest is kept, so a changed credential is still seen but never written in clear.
+_SECRET = re.compile(
+    r"^_?(?:key|secret|token)$|(?:^|_)(?:hf|auth|access|api|session|bearer|refresh|id)_token$"
+    r"|(?:^|_)(?:password|passwd|secret|secret_key|access_key|api_key|private_key|credentials?)$",
+    re.IGNORECASE)
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodWrapperType,
+              types.WrapperDescriptorType, types.MethodDescriptorType,
+              types.ClassMethodDescriptorType)
 
 
-def _normalize(value: Any, depth: int = 0) -> Any:
-    """A JSON-able, deterministic form of a parameter value."""
+def _is_runtime(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) or any(
+        (getattr(c, "__module__", None) or "").partition(".")[0] in _RUNTIME_PACKAGES
+        for c in type(value).__mro__[:-1])
+
+
+def _secret(name: Any, value: Any) -> bool:
+    return isinstance(value, str | bytes) and isinstance(name, str) and bool(_SECRET.search(name))
+
+
+def _redacted(value: str | bytes) -> str:
+    data = value.encode() if isinstance(value, str) else value
+    return f"<redacted sha256:{hashlib.sha256(data).hexdigest()[:16]}>"
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _collection(items: list[Any], compact: bool) -> Any:
+    if compact and len(items) > _MAX_ITEMS:
+        return {"__len__": len(items), "__sha256__": _digest(items)}
+    return items
+
+
+def _attributes(value: Any) -> list[tuple[str, Any]]:
+    """A held object's attributes: ``vars()`` and ``__slots__``, ``_`` names included."""
+    try:
+        found = dict(vars(value))
+    except TypeError:  # no __dict__
+        found = {}
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in found and not name.startswith("__"):
+                with contextlib.suppress(AttributeError):  # an unset slot
+                    found[name] = getattr(value, name)
+    skip = _NEMO_SCRATCH if class_named(value, "DocumentFilter", "DocumentModifier") else ()
+    return [(n, found[n]) for n in sorted(found) if not n.startswith("__") and n not in skip]
+
+
+def _normalize(value: Any, depth: int = 0, compact: bool = False,
+               path: frozenset[int] = frozenset()) -> Any:
+    """A JSON-able, deterministic form of a parameter value (the rule: :func:`stage_fingerprint`).
+
+    Example:
+        >>> import re
+        >>> class Limit:
+        ...     def __init__(self, n):
+        ...         self._n, self._pattern, self._lock = n, re.compile("a+"), None
+        >>> _normalize([Limit(3)])[0]["_n"], _normalize(Limit(3))["_pattern"]["pattern"]
+        (3, 'a+')
+    """
     if depth > _MAX_DEPTH:
-        return f"<{type(value).__name__}>"
+        return f"<{_qualname(type(value))}>"
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
+    if isinstance(value, bytes | bytearray):
+        return {"__bytes__": len(value), "__sha256__": hashlib.sha256(value).hexdigest()[:16]}
+    if id(value) in path:
+        return f"<cycle {_qualname(type(value))}>"
+    path = path | {id(value)}
+    deeper = functools.partial(_normalize, depth=depth + 1, compact=compact, path=path)
     if isinstance(value, Mapping):
-        return {str(k): _normalize(v, depth + 1) for k, v in sorted(value.items(), key=str)}
-    if isinstance(value, list | tuple):
-        return [_normalize(v, depth + 1) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((_normalize(v, depth + 1) for v in value), key=repr)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        keys = {(k if isinstance(k, str | int | float | bool) or k is None
+                 else json.dumps(deeper(k), sort_keys=True)): v for k, v in value.items()}
+        out = {str(k): _redacted(v) if _secret(k, v) else deeper(v)
+               for k, v in sorted(keys.items(), key=lambda kv: str(kv[0]))}
+        return ({"__len__": len(out), "__sha256__": _digest(out)}
+                if compact and len(out) > _MAX_ITEMS else out)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
         return {"__class__": _qualname(type(value)),
-                **{f.name: _normalize(getattr(value, f.name), depth + 1)
-                   for f in dataclasses.fields(value) if not f.name.startswith("_")}}
+                **{f: deeper(getattr(value, f)) for f in value._fields}}
+    if isinstance(value, list | tuple):
+        return _collection([deeper(v) for v in value], compact)
+    if isinstance(value, set | frozenset):
+        return _collection(sorted((deeper(v) for v in value), key=repr), compact)
+    if isinstance(value, enum.Enum):
+        return f"{_qualname(type(value))}.{value.name}"
     if isinstance(value, type):
         return _qualname(value)
-    if callable(value):
+    if isinstance(value, re.Pattern):
+        return {"__class__": "re.Pattern", "pattern": deeper(value.pattern),
+                "flags": int(value.flags)}
+    if _is_runtime(value):
+        return f"<{_qualname(type(value))}>"
+    if dataclasses.is_dataclass(value):
+        return {"__class__": _qualname(type(value)),
+                **{f.name: _param(f.name, getattr(value, f.name), deeper)
+                   for f in dataclasses.fields(value) if not f.name.startswith("_")}}
+    if isinstance(value, _FUNCTIONS):
         return f"<callable {_qualname(value)}>"
-    return f"<{_qualname(type(value))}>"
+    if isinstance(value, types.MethodType):
+        return {"__callable__": f"<callable {_qualname(value)}>", "self": deeper(value.__self__)}
+    if isinstance(value, functools.partial):
+        return {"__class__": "functools.partial", "func": deeper(value.func),
+                "args": deeper(value.args), "keywords": deeper(value.keywords)}
+    if type(value).__module__ == "numpy" and hasattr(value, "dtype"):
+        if getattr(value, "ndim", 1) == 0:  # a NumPy scalar
+            return deeper(value.item())
+        if not value.dtype.hasobject:
+            return {"__class__": "numpy.ndarray", "dtype": str(value.dtype),
+                    "shape": list(value.shape),
+                    "__sha256__": hashlib.sha256(value.tobytes()).hexdigest()[:16]}
+    attributes = _attributes(value)
+    if not attributes and not hasattr(value, "__dict__"):
+        return f"<{_qualname(type(value))}>"
+    inner = functools.partial(_normalize, depth=depth + 1, compact=True, path=path)
+    return {"__class__": _qualname(type(value)),
+            **{n: _param(n, v, inner) for n, v in attributes}}
+
+
+def _param(name: str, value: Any, normalize: Any = _normalize) -> Any:
+    """A named parameter's normalized value; a credential's only as a digest."""
+    return _redacted(value) if _secret(name, value) else normalize(value)
 
 
 def _qualname(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+    module = getattr(obj, "__module__", None)
+    if module is None:  # methods of built-in types
+        module = getattr(getattr(obj, "__objclass__", None), "__module__", None) or "builtins"
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{name}"
 
 
 def stage_fingerprint(stage: Any) -> dict[str, Any]:
     """Class, name, roles, resources, batch size and parameters of one built stage.
+
+    The stage's parameters are its dataclass fields (else its attributes), minus names that
+    start with ``_`` and the header fields. Each value is normalized recursively and
+    deterministically (no ids or addresses; mappings by key and sets sorted):
+
+    - ``None``, booleans, numbers, strings, lists, tuples, sets and mappings as themselves;
+      a ``NamedTuple`` by field, ``bytes`` by length and digest, an enum by member name.
+    - A class or a function (lambda, method of a type, built-in) by qualified name: code is
+      not fingerprinted. A bound method adds its instance, a ``functools.partial`` its function
+      and arguments, a compiled regex its ``pattern`` and ``flags``, a NumPy array its dtype,
+      shape and a digest of its bytes.
+    - A dataclass held by the stage: its fields that do not start with ``_``.
+    - Any other held object (a NeMo ``DocumentFilter`` or ``DocumentModifier``, a helper of
+      one's own, a callable object): its class and every attribute in ``vars()`` and
+      ``__slots__``, *including* names that start with ``_`` (NeMo keeps parameters such as
+      ``WordCountFilter``'s ``_min_words`` there), except ``__`` names and the per-document
+      scratch attributes of NeMo's filters and modifiers (``_sentences``, ``_paragraphs``,
+      ``_ngrams``, ...). Within such an object a container of more than 256 items is
+      fingerprinted by length and digest.
+    - A string under a credential's name (``hf_token``, ``password``, a ``storage_options``
+      ``key``, ``secret`` or ``token``, ...) by a digest only: a change is seen, the value
+      never written.
+    - Run-time state is represented by its class only, so that it neither fails nor
+      destabilizes the fingerprint: modules, and objects of the standard library's thread,
+      lock, queue, logging, file, socket and process modules, of file systems and clients
+      (fsspec, boto, HTTP), of Dask and Ray, and of the model and data libraries (torch,
+      transformers, fasttext, pandas, pyarrow, ...). So is any value nested deeper than
+      six levels. A cycle is cut where it closes.
+
+    Fingerprints are taken from the stages as built, before ``setup``: state that ``setup``
+    adds (a loaded model) is not configuration.
 
     Example:
         >>> from curator_dask.stages.text.io.writer import JsonlWriter
@@ -65,7 +232,7 @@ def stage_fingerprint(stage: Any) -> dict[str, Any]:
         names = sorted(vars(stage))
     skip = {"name", "resources", "batch_size", "is_source_stage", "is_sink_stage",
             "is_resumable"}
-    params = {n: _normalize(getattr(stage, n)) for n in names
+    params = {n: _param(n, getattr(stage, n)) for n in names
               if not n.startswith("_") and n not in skip}
     return {
         "class": _qualname(type(stage)),

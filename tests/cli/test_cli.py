@@ -28,8 +28,8 @@ def test_help_imports_nothing_heavy(tmp_path):
     probe = subprocess.run(
         [sys.executable, "-c", "import sys; import curator_dask.__main__; "
          "from curator_dask.cli.main import build_parser; build_parser(); "
-         "print(sorted(m for m in ('distributed', 'pandas', 'pyarrow', 'dask') "
-         "if m in sys.modules))"],
+         "print(sorted(m for m in ('distributed', 'pandas', 'pyarrow', 'dask', "
+         "'nemo_curator', 'ray') if m in sys.modules))"],
         capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == "[]"
 
@@ -52,6 +52,8 @@ def test_no_command_is_usage_error(tmp_path):
         ("name: x\nstagez: []\n", "unknown key(s) ['stagez']"),
         ("stages: []\n", "'stages' must be a non-empty list"),
         ("stages:\n  - _target_: curator_dask.tasks.EmptyTask\n", "is not a ProcessingStage"),
+        ("stages:\n  - _target_: os.system\n    command: 'true'\n",
+         "stages[0]._target_: os.system is not a ProcessingStage class"),
     ],
 )
 def test_bad_pipeline_file_is_one_line_usage_error(tmp_path, body, expected):
@@ -115,7 +117,10 @@ def test_run_python_function_and_failure_exit_code(tmp_path):
     assert "Stage 'boom' failed" in failed.stderr and "kaboom" in failed.stderr
 
 
-def test_nemo_curator_import_paths_fall_back(tmp_path):
+def test_nemo_curator_import_paths_fall_back(tmp_path, monkeypatch):
+    from curator_dask.cli import loader
+
+    monkeypatch.setattr(loader, "nemo_installed", lambda: False)  # as without NeMo Curator
     (tmp_path / "p.yaml").write_text(
         "stages:\n  - _target_: nemo_curator.stages.text.io.reader.JsonlReader\n"
         "    file_paths: in\n")
@@ -125,6 +130,24 @@ def test_nemo_curator_import_paths_fall_back(tmp_path):
         (tmp_path / "f.py").write_text("def make():\n    return 3\n")
         load_pipeline(f"{tmp_path / 'f.py'}:make")
 
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("  - _target_: os.system\n    command: touch {marker}\n",
+         "stages[0]._target_: os.system is not a ProcessingStage class"),
+        ("  - _target_: curator_dask.stages.text.io.reader.JsonlReader\n    file_paths: in\n"
+         "    read_kwargs:\n      _target_: builtins.open\n      file: {marker}\n"
+         "      mode: w\n", "stages[0].read_kwargs._target_: builtins.open is not a class"),
+    ],
+)
+def test_only_classes_are_called(tmp_path, entry, expected):
+    marker = tmp_path / "called"
+    (tmp_path / "p.yaml").write_text("stages:\n" + entry.format(marker=marker))
+    with pytest.raises(PipelineDefinitionError) as info:
+        load_pipeline(str(tmp_path / "p.yaml"))
+    assert expected in str(info.value)
+    assert not marker.exists()  # refused before anything was called
 
 
 @pytest.mark.slow

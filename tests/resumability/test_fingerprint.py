@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
 import os
+import re
+import subprocess
+import sys
+import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +25,9 @@ from curator_dask.resumability.fingerprint import (
     input_fingerprints,
     stage_fingerprint,
 )
+from curator_dask.resumability.stage_checkpoints import chain_fingerprint
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -33,6 +45,105 @@ def built(**kw) -> list:
     p.add_stage(Threshold(**kw)).add_stage(JsonlWriter(path="memory://fp-test-out"))
     p.build()
     return p.stages
+
+
+class MinChars:
+    """A helper object a stage holds, keeping its parameters the way NeMo's filters do: in
+    ``_`` attributes, next to run-time state that is not configuration."""
+
+    def __init__(self, min_chars: int = 5, words: tuple[str, ...] = ("a", "b")) -> None:
+        self._min_chars = min_chars
+        self.words = set(words)
+        self._pattern = re.compile(r"\w+", re.IGNORECASE)
+        self._split = str.split
+        self._clean = functools.partial(re.sub, r"\s+", " ")
+        self._lock = threading.Lock()
+        self._log = logging.getLogger("tests.fingerprint")
+        self._thread = threading.Thread(target=print)
+
+    def __call__(self, text: str) -> bool:
+        return len(text) >= self._min_chars
+
+
+@dataclass
+class HoldsRule(ProcessingStage):
+    rule: Any = None
+    name: str = "holds_rule"
+
+    def process(self, task):
+        return task
+
+
+def held(**kw) -> list:
+    return [HoldsRule(rule=MinChars(**kw)), HoldsRule(rule=[MinChars()], name="second")]
+
+
+def test_held_object_parameters_change_the_fingerprint():
+    a, b = config_fingerprint(held(min_chars=5)), config_fingerprint(held(min_chars=6))
+    assert a["digest"] != b["digest"]
+    assert diff_configs(a, b) == ["stages[0] (holds_rule).params.rule._min_chars: 5 -> 6"]
+    assert config_fingerprint(held(min_chars=5))["digest"] == a["digest"]  # rebuilt: equal
+    c = config_fingerprint(held(words=("a", "c")))
+    assert diff_configs(a, c) == ['stages[0] (holds_rule).params.rule.words[1]: "b" -> "c"']
+    assert chain_fingerprint(held(min_chars=5), 1) != chain_fingerprint(held(min_chars=6), 1)
+    rule = a["stages"][0]["params"]["rule"]
+    assert rule["__class__"] == "tests.resumability.test_fingerprint.MinChars"
+    assert rule["_pattern"] == {"__class__": "re.Pattern", "pattern": "\\w+", "flags": 34}
+    assert rule["_split"] == "<callable builtins.str.split>"
+    assert rule["_clean"]["args"] == ["\\s+", " "]
+    assert (rule["_lock"], rule["_log"], rule["_thread"]) == (
+        "<_thread.lock>", "<logging.Logger>", "<threading.Thread>")
+
+
+def test_held_object_fingerprint_is_the_same_in_another_process():
+    code = ("import json; from tests.resumability.test_fingerprint import held; "
+            "from curator_dask.resumability.fingerprint import config_fingerprint; "
+            "print(json.dumps(config_fingerprint(held(words=tuple('abcdefghij')))))")
+    here = config_fingerprint(held(words=tuple("abcdefghij")))
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert json.loads(out.stdout) == here
+    assert " at 0x" not in json.dumps(here)
+
+
+class Credentials:
+    def __init__(self, token: str) -> None:
+        self._hf_token = token
+        self.storage_options = {"key": "AKIA", "secret": token, "anon": False}
+
+
+class Node:
+    def __init__(self, size: int) -> None:
+        self.me = self
+        self.values = list(range(size))
+
+
+def test_secrets_cycles_and_large_containers():
+    a = stage_fingerprint(HoldsRule(rule=Credentials("hf_sekrit")))
+    b = stage_fingerprint(HoldsRule(rule=Credentials("hf_other")))
+    assert "sekrit" not in json.dumps(a) and "AKIA" not in json.dumps(a)
+    assert a["params"]["rule"]["_hf_token"].startswith("<redacted sha256:")
+    assert a["params"]["rule"]["storage_options"]["anon"] is False
+    assert a != b  # a changed credential is still seen
+    node = stage_fingerprint(HoldsRule(rule=Node(1000)))["params"]["rule"]
+    assert node["me"] == "<cycle tests.resumability.test_fingerprint.Node>"
+    assert set(node["values"]) == {"__len__", "__sha256__"} and node["values"]["__len__"] == 1000
+    other = stage_fingerprint(HoldsRule(rule=Node(1001)))["params"]["rule"]
+    assert other["values"] != node["values"]
+    # a stage's own fields keep their full form, however long
+    assert stage_fingerprint(HoldsRule(rule=list(range(1000))))["params"]["rule"] == list(
+        range(1000))
+
+
+def test_fingerprints_import_no_nemo_curator_and_no_ray():
+    code = ("import sys; from tests.resumability.test_fingerprint import built, held; "
+            "from curator_dask.resumability.fingerprint import config_fingerprint; "
+            "config_fingerprint(built() + held()); "
+            "print(sorted(m for m in ('nemo_curator', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_same_pipeline_same_digest_and_no_diff():
