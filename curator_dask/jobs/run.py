@@ -21,6 +21,7 @@ from curator_dask.jobs.summary import (
     process_start_time,
     write_summary,
 )
+from curator_dask.nemo.logs import LOGGER as LOGURU_RECORDS
 from curator_dask.resumability.fingerprint import config_fingerprint, input_fingerprints
 from curator_dask.utils.atomic import write_json_atomically
 
@@ -122,8 +123,8 @@ class JobRun(RunObserver):
         if package_logger.getEffectiveLevel() > logging.INFO:
             package_logger.setLevel(logging.INFO)
         package_logger.addHandler(self._log_handler)
-        # NeMo stages' records from the workers (curator_dask.nemo.logs) go there too.
-        logging.getLogger("nemo_curator").addHandler(self._log_handler)
+        # NeMo stages' loguru records from the workers (curator_dask.nemo.logs) go there too.
+        logging.getLogger(LOGURU_RECORDS).addHandler(self._log_handler)
 
     # -- the RunObserver side ---------------------------------------------------------------
     def bind(self, *, stop: Callable[[str], None], progress: Callable[[], dict]) -> None:
@@ -225,6 +226,6 @@ class JobRun(RunObserver):
         self.events.close()
         package_logger = logging.getLogger("curator_dask")
         package_logger.removeHandler(self._log_handler)
-        logging.getLogger("nemo_curator").removeHandler(self._log_handler)
+        logging.getLogger(LOGURU_RECORDS).removeHandler(self._log_handler)
         package_logger.setLevel(self._log_level)
         self._log_handler.close()

@@ -58,17 +58,15 @@ def _patch(module: Any) -> None:
     original = getattr(pipeline, _METHOD, None)
     if original is None or getattr(original, "__curator_dask_hook__", False):
         return
-    version = nemo_version()
-    matches = (is_supported(version)
-               and list(inspect.signature(original).parameters) == _PARAMETERS)
-
     def _run_with_resumability(self: Any, executor: Any, initial_tasks: Any,
                                checkpoint_path: Any) -> Any:
         from curator_dask.backends.dask.executor import DaskExecutor
 
         if not isinstance(executor, DaskExecutor):
             return original(self, executor, initial_tasks, checkpoint_path)
-        if not matches:
+        version = nemo_version()
+        if not (is_supported(version)
+                and list(inspect.signature(original).parameters) == _PARAMETERS):
             msg = (f"curator_dask runs checkpointed NeMo Curator pipelines for NeMo Curator "
                    f"{', '.join(v + '.x' for v in SUPPORTED_VERSIONS)} only; this is "
                    f"{version}: use curator_dask's Pipeline, or a supported NeMo Curator")

@@ -1,8 +1,9 @@
 """NeMo stages log through loguru; their records on Dask workers reach the driver's log.
 
-On a worker, loguru's records go into stdlib logging under their module's name
-(``nemo_curator....``); ``Client.forward_logging("nemo_curator")`` carries them to the driver,
-where they are written to loguru again (what a NeMo user sees) and to the job's driver log.
+On a worker, every loguru record (NeMo's modules and the user's stages alike) goes into the
+stdlib logger ``curator_dask_loguru``, with its module's name kept; ``Client.forward_logging``
+carries them to the driver, where they are written to loguru again (what a NeMo user sees,
+marked with the worker's address) and to the job's driver log.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-LOGGER = "nemo_curator"
+LOGGER = "curator_dask_loguru"  # the stdlib logger that carries workers' loguru records
 _lock = threading.Lock()
 _driver_handler: logging.Handler | None = None
 
@@ -30,12 +31,13 @@ def bridge_worker_loguru(level: int = logging.INFO) -> None:
 
 def _to_stdlib(message: object) -> None:
     record = message.record  # type: ignore[attr-defined]
-    std = logging.getLogger(record["name"] or LOGGER)
+    std = logging.getLogger(LOGGER)
     level = record["level"].no
     if not std.isEnabledFor(level):
         return
     std.handle(std.makeRecord(std.name, level, record["file"].path, record["line"],
-                              record["message"], None, None, record["function"]))
+                              record["message"], None, None, record["function"],
+                              extra={"loguru_name": record["name"] or ""}))
 
 
 class _ToLoguru(logging.Handler):
@@ -46,7 +48,8 @@ class _ToLoguru(logging.Handler):
             return  # only records that came from a worker; the driver logs to loguru itself
         from loguru import logger
 
-        where = {"name": record.name, "function": record.funcName, "line": record.lineno}
+        where = {"name": getattr(record, "loguru_name", record.name),
+                 "function": record.funcName, "line": record.lineno}
         level = record.levelname if record.levelname in _LOGURU_LEVELS else record.levelno
         logger.patch(lambda r: r.update(where)).log(  # type: ignore[arg-type]
             level, "[worker {}] {}", record.worker, record.getMessage())  # type: ignore[attr-defined]
@@ -56,7 +59,7 @@ _LOGURU_LEVELS = {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRIT
 
 
 def forward_to_driver(client: object) -> None:
-    """Forward the workers' ``nemo_curator`` records to this driver (idempotent)."""
+    """Forward the workers' loguru records to this driver (idempotent)."""
     global _driver_handler
     client.forward_logging(LOGGER, level=logging.INFO)  # type: ignore[attr-defined]
     with _lock:

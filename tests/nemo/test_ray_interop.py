@@ -1,0 +1,75 @@
+"""Against NeMo Curator's own Ray backend, for real: a Ray cluster started as NeMo's docs show
+(``RayClient``), NeMo's ``RayActorPoolExecutor`` with a checkpoint. The Dask executor gives the
+same files, bytes, names and task ids; NeMo's checkpoint is honoured by the Dask executor and
+the Dask executor's by NeMo's.
+
+The Ray side runs in a child process (Ray's daemons and its ``RAY_ADDRESS`` stay out of the
+test process) and stops its cluster whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.helpers import REPO_ROOT, completed_ids
+from tests.nemo.nemo_pipelines import curation_pipeline, files_of, nemo_completed, write_input
+
+RAY_SIDE = textwrap.dedent("""
+    import json, sys
+    from nemo_curator.backends.ray_actor_pool import RayActorPoolExecutor
+    from nemo_curator.core.client import RayClient
+    from tests.nemo.nemo_pipelines import curation_pipeline
+    data, out, ck, dask_ck, rerun_out = sys.argv[1:6]
+    client = RayClient(num_cpus=2, include_dashboard=False)
+    client.start()
+    report = {}
+    try:
+        tasks = curation_pipeline(data, out).run(executor=RayActorPoolExecutor(),
+                                                 checkpoint_path=ck)
+        report["ids"] = sorted(t.task_id for t in tasks)
+        try:  # every source is complete in the Dask executor's checkpoint
+            again = curation_pipeline(data, rerun_out).run(executor=RayActorPoolExecutor(),
+                                                           checkpoint_path=dask_ck)
+            report["rerun"] = len(again or [])
+        except ValueError as exc:  # RayActorPoolExecutor: "No tasks to process"
+            report["rerun"] = str(exc)
+    finally:
+        client.stop()
+    print("REPORT " + json.dumps(report))
+""")
+
+
+def test_same_as_nemos_ray_executor_and_checkpoints_interoperate(tmp_path, executor):
+    data = write_input(tmp_path / "input")
+    dask_ck, ray_ck = tmp_path / "dask_ck", tmp_path / "ray_ck"
+    dask = curation_pipeline(data, tmp_path / "dask_out").run(executor=executor,
+                                                              checkpoint_path=str(dask_ck))
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable),
+                                                  os.environ.get("PATH", "")]),
+           "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", RAY_SIDE, str(data), str(tmp_path / "ray_out"), str(ray_ck),
+         str(dask_ck), str(tmp_path / "ray_rerun_out")],
+        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    report_lines = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
+    assert proc.returncode == 0 and report_lines, (proc.stdout + proc.stderr)[-4000:]
+    report = json.loads(report_lines[-1][len("REPORT "):])
+    # the same output files, bytes and names; the same task ids
+    assert files_of(tmp_path / "ray_out") == files_of(tmp_path / "dask_out")
+    assert report["ids"] == sorted(t.task_id for t in dask)
+    # the same completed sources in both checkpoints, whoever reads them
+    assert completed_ids(ray_ck) == completed_ids(dask_ck) == nemo_completed(dask_ck)
+    assert len(completed_ids(ray_ck)) == 3
+    # the Dask executor's checkpoint, honoured by NeMo: nothing left to process
+    assert "No tasks to process" in str(report["rerun"]) or report["rerun"] == 0
+    assert not list((tmp_path / "ray_rerun_out").glob("*.jsonl"))
+    # NeMo's checkpoint, honoured by the Dask executor
+    rerun = curation_pipeline(data, tmp_path / "dask_rerun_out").run(
+        executor=executor, checkpoint_path=str(ray_ck))
+    assert list(rerun) == [] and rerun.skipped_sources == 3
+    assert not list((tmp_path / "dask_rerun_out").glob("*.jsonl"))
