@@ -18,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = ["01_quickstart.ipynb", "02_resume_after_interrupt.ipynb", "03_slurm_arrays.ipynb"]
+EXPECTED = ["01_quickstart.ipynb", "02_resume_after_interrupt.ipynb", "03_slurm_arrays.ipynb",
+            "04_nemo_pipeline_on_dask.ipynb"]
 BUDGET_S = float(os.environ.get("CURATOR_DASK_NOTEBOOK_BUDGET_S", "120"))
 
 
@@ -31,7 +32,7 @@ def _missing() -> str | None:
     return None
 
 
-def test_the_three_notebooks_exist():
+def test_the_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == EXPECTED
 
 
