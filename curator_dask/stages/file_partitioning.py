@@ -13,7 +13,7 @@ from dask.utils import parse_bytes
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.stages.resources import Resources
 from curator_dask.tasks import EmptyTask, FileGroupTask
-from curator_dask.utils.files import gather_file_records, infer_dataset_name
+from curator_dask.utils.files import NoInputFilesError, gather_file_records, infer_dataset_name
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,13 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
 
     Partitions hold one file each by default, ``files_per_partition`` files, or files packed
     greedily (by size) up to ``blocksize`` bytes.
+
+    Every entry of ``file_paths`` must name at least one file with one of the
+    ``file_extensions``: a path that does not exist, a glob that matches nothing or a directory
+    without such files raises ``NoInputFilesError`` (a ``FileNotFoundError``) naming the entry
+    (docs/design/contract.md §2.3). ``allow_no_files=True`` skips such entries and accepts an
+    empty input (no tasks, a warning), as NeMo Curator always does. An existing path is taken
+    literally, even with glob characters such as ``[`` in its name.
 
     Example:
         >>> stage = FilePartitioningStage(file_paths="data/in/", files_per_partition=2)
@@ -40,6 +47,7 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     storage_options: dict | None = None
     limit: int | None = None
     name: str = "file_partitioning"
+    allow_no_files: bool = False
 
     def __post_init__(self) -> None:
         if self.files_per_partition is not None and self.blocksize is not None:
@@ -76,6 +84,7 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
             extensions=self.file_extensions,
             storage_options=self.storage_options,
             sort_by_size=self.blocksize is not None,
+            require_files=not self.allow_no_files,
         )
         if not records:
             logger.warning("No files found under %s", self.file_paths)
@@ -133,3 +142,6 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     @staticmethod
     def _get_dataset_name(files: list[str]) -> str:
         return infer_dataset_name(files[0]) if files else "dataset"
+
+
+__all__ = ["FilePartitioningStage", "NoInputFilesError"]

@@ -333,11 +333,13 @@ class TestDiscovery:
         tasks = run(FilePartitioningStage(file_paths=f"{store.root}/d", file_extensions=[".gz"]))
         assert groups(tasks) == [[store.full("d/x.jsonl.gz")]]
 
-    def test_missing_entries_are_skipped(self, store: Store) -> None:
+    def test_missing_entries_are_skipped_with_allow_no_files(self, store: Store) -> None:
         make_observed(store)
         paths = [f"{store.root}/nope", f"{store.root}/in/a.jsonl", f"{store.root}/nope.jsonl"]
-        tasks = run(FilePartitioningStage(file_paths=paths))
+        tasks = run(FilePartitioningStage(file_paths=paths, allow_no_files=True))
         assert groups(tasks) == [[store.full("in/a.jsonl")]]
+        with pytest.raises(FileNotFoundError, match=f"{re.escape(paths[0])} does not exist"):
+            run(FilePartitioningStage(file_paths=paths))
 
     def test_relative_directory_becomes_absolute(
         self, local_store: Store, monkeypatch: pytest.MonkeyPatch
@@ -423,6 +425,9 @@ class TestStorageSizeCheck:
 
 
 class TestNoFiles:
+    """Without files: an error by default (tests/stages/test_input_faults.py); with
+    ``allow_no_files=True`` NeMo Curator's warning and no tasks."""
+
     def _warnings(self, caplog: pytest.LogCaptureFixture) -> list[str]:
         return [
             r.getMessage()
@@ -432,19 +437,20 @@ class TestNoFiles:
 
     def test_empty_list(self, caplog: pytest.LogCaptureFixture) -> None:
         with caplog.at_level(logging.WARNING, logger=LOGGER):
-            assert run(FilePartitioningStage(file_paths=[])) == []
+            assert run(FilePartitioningStage(file_paths=[], allow_no_files=True)) == []
         assert self._warnings(caplog) == ["No files found under []"]
 
     def test_missing_directory(self, store: Store, caplog: pytest.LogCaptureFixture) -> None:
         path = f"{store.root}/does-not-exist"
         with caplog.at_level(logging.WARNING, logger=LOGGER):
-            assert run(FilePartitioningStage(file_paths=path)) == []
+            assert run(FilePartitioningStage(file_paths=path, allow_no_files=True)) == []
         assert self._warnings(caplog) == [f"No files found under {path}"]
 
     def test_no_matching_extension(self, store: Store, caplog: pytest.LogCaptureFixture) -> None:
         make_observed(store)
         with caplog.at_level(logging.WARNING, logger=LOGGER):
-            stage = FilePartitioningStage(file_paths=f"{store.root}/in", file_extensions=[".csv"])
+            stage = FilePartitioningStage(file_paths=f"{store.root}/in", file_extensions=[".csv"],
+                                          allow_no_files=True)
             assert run(stage) == []
         warnings = self._warnings(caplog)
         assert len(warnings) == 1

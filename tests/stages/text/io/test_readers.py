@@ -262,7 +262,7 @@ class TestJsonlReaderStage:
         path = str(tmp_path / "empty.jsonl")
         _put_bytes(path, b"")
 
-        with pytest.raises(ValueError, match=f"No data read from files in task {TASK_ID}"):
+        with pytest.raises(ValueError, match=f"no data read from {path} \\(task {TASK_ID}\\)"):
             JsonlReaderStage().process(_file_group([path]))
 
     def test_empty_file_next_to_a_non_empty_one_contributes_no_rows(self, tmp_path) -> None:
@@ -282,7 +282,7 @@ class TestJsonlReaderStage:
         out = JsonlReaderStage(allow_empty=True).process(_file_group([path]))
         assert out.num_items == 0
 
-        with pytest.raises(ValueError, match=f"No data read from files in task {TASK_ID}"):
+        with pytest.raises(ValueError, match=f"no data read from {path} \\(task {TASK_ID}\\)"):
             JsonlReaderStage().process(_file_group([path]))
 
     def test_pandas_engine_returns_dataframe(self, root: str) -> None:
@@ -408,7 +408,8 @@ class TestParquetReaderStage:
         path = str(tmp_path / "empty.parquet")
         _put_parquet(path, _records_table(0, 0))
 
-        with pytest.raises(ValueError, match=f"^No data read from files in task {TASK_ID}$"):
+        expected = f"^parquet_reader: no data read from {path} \\(task {TASK_ID}\\): it holds"
+        with pytest.raises(ValueError, match=expected):
             ParquetReaderStage().process(_file_group([path]))
 
     def test_multi_file_concat_with_differing_columns_is_permissive(self, root: str) -> None:

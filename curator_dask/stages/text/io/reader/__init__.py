@@ -1,6 +1,7 @@
 """Readers (``from curator_dask.stages.text.io.reader import JsonlReader, ParquetReader``)."""
 
 from curator_dask.stages.text.io.reader.jsonl import (
+    InvalidUtf8Error,
     JsonlReader,
     JsonlReaderStage,
     MalformedJsonError,
@@ -8,6 +9,7 @@ from curator_dask.stages.text.io.reader.jsonl import (
 from curator_dask.stages.text.io.reader.parquet import ParquetReader, ParquetReaderStage
 
 __all__ = [
+    "InvalidUtf8Error",
     "JsonlReader",
     "JsonlReaderStage",
     "MalformedJsonError",

@@ -9,6 +9,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import fsspec
+
 from curator_dask.stages.base import CompositeStage, ProcessingStage
 from curator_dask.stages.file_partitioning import FilePartitioningStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
@@ -37,15 +39,41 @@ class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
     def process(self, task: FileGroupTask) -> DocumentBatch:
         data = self.read_files(task.data)
         if (data is None or len(data) == 0) and not self.allow_empty:
-            msg = f"No data read from files in task {task.task_id}"
-            raise ValueError(msg)
+            raise ValueError(self._no_data_message(task))
         # The same metadata dict flows on, so source_files reaches the writer (NeMo behaviour).
         return DocumentBatch(dataset_name=task.dataset_name, data=data, _metadata=task._metadata)
+
+    def _no_data_message(self, task: FileGroupTask) -> str:
+        """Why ``task`` gave no rows, naming the stage, its files and the task
+        (docs/design/contract.md §6.1)."""
+        paths = list(task.data)
+        shown = ", ".join(paths[:5]) + (f" (+{len(paths) - 5} more)" if len(paths) > 5 else "")
+        sizes = [self._size(p) for p in paths]
+        if paths and all(size == 0 for size in sizes):
+            why = "the file is empty" if len(paths) == 1 else "the files are empty"
+        else:
+            why = "it holds no rows" if len(paths) == 1 else "they hold no rows"
+        return (f"{self.name}: no data read from {shown or 'no files'} (task {task.task_id}): "
+                f"{why}; pass allow_empty=True to the reader to accept partitions without rows")
+
+    def _size(self, path: str) -> int | None:
+        opts = (self.read_kwargs or {}).get("storage_options") or {}
+        try:
+            fs, fs_path = fsspec.core.url_to_fs(path, **opts)
+            return fs.size(fs_path)
+        except Exception:  # noqa: BLE001 (only refines an error message)
+            return None
 
 
 @dataclass
 class BaseReader(CompositeStage[Any, DocumentBatch]):
-    """A reader composite: ``FilePartitioningStage`` followed by a format's reader stage."""
+    """A reader composite: ``FilePartitioningStage`` followed by a format's reader stage.
+
+    ``allow_empty=True``: a partition whose files hold no rows gives an empty batch instead of
+    a ``ValueError`` (NeMo Curator's option). ``allow_no_files=True``: a path that names no
+    file (missing, a glob matching nothing, a directory without such files) is skipped instead
+    of raising ``NoInputFilesError``; see ``FilePartitioningStage``.
+    """
 
     file_paths: str | list[str] = ""
     files_per_partition: int | None = None
@@ -56,6 +84,7 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
     task_type: str = "document"
     allow_empty: bool = False
     name: str = "reader"
+    allow_no_files: bool = False
 
     def __post_init__(self) -> None:
         if self.task_type != "document":
@@ -79,6 +108,7 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
             blocksize=self.blocksize,
             file_extensions=self.file_extensions or self.default_extensions(),
             storage_options=(self.read_kwargs or {}).get("storage_options"),
+            allow_no_files=self.allow_no_files,
         )
         return [partitioning, self.reader_stage()]
 

@@ -32,8 +32,37 @@ _ALLOWED_KWARGS = {
 }
 
 
+_INVALID_UTF8 = ("error", "replace", "skip")
+
+
 class MalformedJsonError(ValueError):
     """A JSONL file has a line that is not valid JSON; names the file and the line."""
+
+
+class InvalidUtf8Error(MalformedJsonError):
+    """A JSONL file has a line that is not valid UTF-8; names the file and the line."""
+
+
+def _invalid_utf8_lines(raw: bytes) -> list[int]:
+    """The numbers (from 1, as ``bytes.splitlines`` counts) of the lines that are not UTF-8.
+
+    Example:
+        >>> _invalid_utf8_lines(b'{"a": "ok"}\\n{"a": "\\xff"}\\n')
+        [2]
+    """
+    try:
+        raw.decode("utf-8")
+        return []
+    except UnicodeDecodeError:
+        pass
+    # No UTF-8 sequence contains a newline byte, so a line-by-line check finds the same bytes.
+    bad = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(number)
+    return bad
 
 
 def _first_bad_line(raw: bytes) -> tuple[int, str] | None:
@@ -49,11 +78,25 @@ def _first_bad_line(raw: bytes) -> tuple[int, str] | None:
 
 @dataclass
 class JsonlReaderStage(BaseReaderStage):
-    """Reads JSONL files with ``pyarrow.json`` (``read_kwargs={"engine": "pandas"}``: pandas)."""
+    """Reads JSONL files with ``pyarrow.json`` (``read_kwargs={"engine": "pandas"}``: pandas).
+
+    ``invalid_utf8`` says what a line that is not valid UTF-8 gets (Arrow's JSON parser would
+    let its bytes through to the output): ``"error"`` (default) raises ``InvalidUtf8Error``
+    naming the file and the line; ``"replace"`` reads it with each bad byte sequence replaced
+    by U+FFFD; ``"skip"`` drops it. Replaced and skipped lines are counted in the batch's
+    stage record (``_stage_perf[-1].custom_metrics["invalid_utf8_lines_replaced"]`` or
+    ``["invalid_utf8_lines_skipped"]``) and in a warning naming the file; skipped lines are
+    not in the stage's ``items_out``. Valid files cost one UTF-8 validation of their string
+    columns (docs/design/contract.md §6.1).
+    """
 
     name: str = "jsonl_reader"
+    invalid_utf8: str = "error"
 
     def __post_init__(self) -> None:
+        if self.invalid_utf8 not in _INVALID_UTF8:
+            msg = f"invalid_utf8 must be one of {_INVALID_UTF8}, got {self.invalid_utf8!r}"
+            raise ValueError(msg)
         if self.read_kwargs.get("lines") is False:
             msg = "JsonlReader only supports lines=True"
             raise RuntimeError(msg)
@@ -89,8 +132,6 @@ class JsonlReaderStage(BaseReaderStage):
 
     def _read_arrow(self, path: str) -> pa.Table:
         local = self._direct_local_path(path)
-        block = int(self.read_kwargs.get("pyarrow_block_size", 8 << 20))
-        max_block = int(self.read_kwargs.get("pyarrow_max_block_size", 256 << 20))
         raw: bytes | None = None
         if local is None:
             raw = self._open_bytes(path)
@@ -98,25 +139,73 @@ class JsonlReaderStage(BaseReaderStage):
                 return pa.table({})  # an empty file holds no documents
         elif os.path.getsize(local) == 0:
             return pa.table({})
+        try:
+            table = self._parse(local if raw is None else raw)
+            table.validate(full=True)  # Arrow's JSON parser does not check UTF-8
+            return table
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            if raw is None:
+                raw = self._open_bytes(path)
+                if not raw.strip():
+                    return pa.table({})
+            return self._read_repaired(path, raw, exc)
+
+    def _parse(self, source: str | bytes) -> pa.Table:
+        """``pyarrow.json.read_json``, growing the block on a "straddling object" error."""
+        block = int(self.read_kwargs.get("pyarrow_block_size", 8 << 20))
+        max_block = int(self.read_kwargs.get("pyarrow_max_block_size", 256 << 20))
         while True:
             opts = pj.ReadOptions(block_size=block, use_threads=False)
             try:
-                source = local if raw is None else io.BytesIO(raw)
-                return pj.read_json(source, read_options=opts)
+                return pj.read_json(
+                    io.BytesIO(source) if isinstance(source, bytes) else source,
+                    read_options=opts)
             except pa.ArrowInvalid as exc:
                 if "straddling" in str(exc) and block < max_block:
                     block = min(block * 2, max_block)
                     continue
-                if raw is None:
-                    raw = self._open_bytes(path)
-                    if not raw.strip():
-                        return pa.table({})
-                bad = _first_bad_line(raw)
-                if bad is not None:
-                    msg = f"Malformed JSON in {path} at line {bad[0]}: {bad[1]}"
-                    raise MalformedJsonError(msg) from exc
-                msg = f"Could not read JSONL file {path}: {exc}"
-                raise MalformedJsonError(msg) from exc
+                raise
+
+    def _read_repaired(self, path: str, raw: bytes, exc: Exception) -> pa.Table:
+        """The slow path after a failed read: name the bad line, or read the repaired bytes."""
+        repaired = self._repair_utf8(path, raw)
+        if repaired is not None:
+            try:
+                table = self._parse(repaired)
+                table.validate(full=True)
+                return table
+            except (pa.ArrowInvalid, UnicodeDecodeError) as again:
+                exc, raw = again, repaired
+        bad = _first_bad_line(raw)
+        if bad is not None:
+            msg = f"Malformed JSON in {path} at line {bad[0]}: {bad[1]}"
+            raise MalformedJsonError(msg) from exc
+        msg = f"Could not read JSONL file {path}: {exc}"
+        raise MalformedJsonError(msg) from exc
+
+    def _repair_utf8(self, path: str, raw: bytes) -> bytes | None:
+        """``None`` when ``raw`` is UTF-8; else raise, or the bytes with the bad lines replaced
+        or blanked (so line numbers stay), as ``invalid_utf8`` says, counting them."""
+        bad = _invalid_utf8_lines(raw)
+        if not bad:
+            return None
+        if self.invalid_utf8 == "error":
+            more = f" (and {len(bad) - 1} more lines)" if len(bad) > 1 else ""
+            msg = (f"Invalid UTF-8 in {path} at line {bad[0]}{more}; pass "
+                   "invalid_utf8='replace' (U+FFFD) or 'skip' to the JSONL reader to read it")
+            raise InvalidUtf8Error(msg)
+        if self.invalid_utf8 == "replace":
+            repaired = raw.decode("utf-8", errors="replace").encode("utf-8")
+        else:
+            drop = set(bad)
+            lines = raw.splitlines()
+            repaired = b"\n".join(b"" if i in drop else line
+                                  for i, line in enumerate(lines, start=1))
+        done = "replaced" if self.invalid_utf8 == "replace" else "skipped"
+        self._log_metric(f"invalid_utf8_lines_{done}", len(bad))
+        logger.warning("%s: %d line(s) with invalid UTF-8 %s (first: line %d)",
+                       path, len(bad), done, bad[0])
+        return repaired
 
     def _read_pandas(self, path: str) -> Any:
         import pandas as pd
@@ -124,6 +213,14 @@ class JsonlReaderStage(BaseReaderStage):
         kwargs = {k: v for k, v in self.read_kwargs.items() if k not in ("engine", "lines")}
         try:
             return pd.read_json(path, lines=True, **kwargs)
+        except UnicodeDecodeError as exc:
+            repaired = self._repair_utf8(path, self._open_bytes(path))
+            if repaired is None:
+                msg = f"Could not read JSONL file {path}: {exc}"
+                raise MalformedJsonError(msg) from exc
+            kwargs = {k: v for k, v in kwargs.items()
+                      if k not in ("compression", "storage_options")}
+            return pd.read_json(io.BytesIO(repaired), lines=True, **kwargs)
         except ValueError as exc:
             msg = f"Could not read JSONL file {path}: {exc}"
             raise MalformedJsonError(msg) from exc
@@ -161,6 +258,9 @@ class JsonlReaderStage(BaseReaderStage):
 class JsonlReader(BaseReader):
     """Reads JSONL files into ``DocumentBatch``es: ``FilePartitioningStage`` + ``JsonlReaderStage``.
 
+    ``invalid_utf8`` (``"error"``, ``"replace"`` or ``"skip"``) goes to ``JsonlReaderStage``,
+    which says what each does and how replaced or skipped lines are counted.
+
     Example:
         >>> reader = JsonlReader(file_paths="data/*.jsonl", files_per_partition=2, fields=["text"])
         >>> [s.name for s in reader.decompose()]
@@ -168,6 +268,7 @@ class JsonlReader(BaseReader):
     """
 
     name: str = "jsonl_reader"
+    invalid_utf8: str = "error"
 
     format_name = "JSONL"
 
@@ -177,8 +278,8 @@ class JsonlReader(BaseReader):
     def reader_stage(self) -> JsonlReaderStage:
         return JsonlReaderStage(
             fields=self.fields, read_kwargs=dict(self.read_kwargs or {}),
-            allow_empty=self.allow_empty,
+            allow_empty=self.allow_empty, invalid_utf8=self.invalid_utf8,
         )
 
 
-__all__ = ["JsonlReader", "JsonlReaderStage", "MalformedJsonError"]
+__all__ = ["InvalidUtf8Error", "JsonlReader", "JsonlReaderStage", "MalformedJsonError"]
