@@ -2,27 +2,57 @@
 
 from __future__ import annotations
 
+# distributed replaces an exception whose text is longer than distributed.admin.max-error-length
+# (10000) by a generic one: the traceback is cut (its end kept) to stay well below that.
+_MAX_TRACEBACK = 6000
+_SHOWN = 5
+
+
+def _listed(values: list[str], quote: bool = False) -> str:
+    shown = ", ".join(repr(v) if quote else str(v) for v in values[:_SHOWN])
+    more = f" (+{len(values) - _SHOWN} more)" if len(values) > _SHOWN else ""
+    return shown + more
+
 
 class StageError(RuntimeError):
-    """A stage raised while processing a task; carries the stage, task ids and traceback.
+    """A stage raised while processing a task; carries the stage, task ids, the input files of
+    the failing partition (when known) and the traceback.
 
-    It survives pickling (workers raise it, the driver re-raises it).
+    The message leads with what to look at: the stage, the files, the exception; the original
+    traceback follows as lines. It survives pickling (workers raise it, the driver re-raises
+    it).
+
+    Example:
+        >>> error = StageError("picky", ["0_ab"], "ValueError: bad", "Traceback ...\\n",
+        ...                    source_files=["/data/part-2.jsonl"])
+        >>> print(str(error).splitlines()[0])
+        Stage 'picky' failed on /data/part-2.jsonl: ValueError: bad
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(error)).source_files
+        ['/data/part-2.jsonl']
     """
 
-    def __init__(self, stage_name: str, task_ids: list[str], error: str, traceback_text: str):
+    def __init__(self, stage_name: str, task_ids: list[str], error: str, traceback_text: str,
+                 source_files: list[str] | None = None):
         self.stage_name = stage_name
         self.task_ids = list(task_ids)
         self.error = error
+        self.source_files = list(source_files or [])
+        if len(traceback_text) > _MAX_TRACEBACK:
+            cut = traceback_text[-_MAX_TRACEBACK:]
+            traceback_text = "  ... (start of the traceback cut)\n" + cut[cut.find("\n") + 1:]
         self.traceback_text = traceback_text
-        shown = ", ".join(repr(t) for t in self.task_ids[:5])
-        more = f" (+{len(self.task_ids) - 5} more)" if len(self.task_ids) > 5 else ""
+        where = (f"on {_listed(self.source_files)}" if self.source_files
+                 else f"on task {_listed(self.task_ids, quote=True)}")
+        tasks = f"\n  task: {_listed(self.task_ids, quote=True)}" if self.source_files else ""
         super().__init__(
-            f"Stage {stage_name!r} failed on task {shown}{more}: {error}\n\n"
+            f"Stage {stage_name!r} failed {where}: {error}{tasks}\n\n"
             f"Original traceback:\n{traceback_text}"
         )
 
     def __reduce__(self):
-        return (type(self), (self.stage_name, self.task_ids, self.error, self.traceback_text))
+        return (type(self), (self.stage_name, self.task_ids, self.error, self.traceback_text,
+                             self.source_files))
 
 
 class ResourceUnavailableError(RuntimeError):
@@ -32,3 +62,8 @@ class ResourceUnavailableError(RuntimeError):
 class RunStopped(RuntimeError):
     """The run was asked to stop (SIGUSR1, SIGTERM, ``DaskExecutor.request_stop``) and drained:
     no new sources were started, completions were flushed; unfinished sources stay pending."""
+
+
+class SchedulerLostError(RuntimeError):
+    """The run lost its Dask scheduler (no connection for longer than the grace period):
+    completions already recorded are kept; running the job again processes the rest."""

@@ -1,7 +1,8 @@
 """``python -m curator_dask``: the command line.
 
 Exit codes: 0 success, 1 the pipeline failed, 2 usage or configuration error, 3 stopped by
-SIGUSR1/SIGTERM after draining (unfinished sources stay pending), 130 interrupted.
+SIGUSR1/SIGTERM after draining (unfinished sources stay pending), 4 the Dask scheduler was lost
+(completions already recorded are kept), 130 interrupted.
 Only argparse is imported at module level, so ``--help`` answers at once. Each command module
 adds its own parsers (``register``) and names its handler (``func``).
 """

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from curator_dask.cli.common import EXIT_OK, EXIT_STOPPED, PROG, UsageError
+from curator_dask.cli.common import (
+    EXIT_OK,
+    EXIT_SCHEDULER_LOST,
+    EXIT_STOPPED,
+    PROG,
+    UsageError,
+)
 from curator_dask.cli.jobs import job_kwargs
 
 
@@ -187,7 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     executor = _executor(args)
     _drain_on_signals(executor)
-    from curator_dask.errors import RunStopped
+    from curator_dask.errors import RunStopped, SchedulerLostError
     from curator_dask.jobs.job import ResumeMismatchError
     from curator_dask.resumability.input_check import InputChangedError
 
@@ -202,6 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunStopped as exc:
         print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
+    except SchedulerLostError as exc:
+        print(f"{PROG} run: failed: {exc}; completions already recorded are kept, run again "
+              "to process the rest", file=sys.stderr)
+        return EXIT_SCHEDULER_LOST
     except (ResumeMismatchError, FileExistsError, InputChangedError) as exc:
         raise UsageError(str(exc)) from None
     finally:

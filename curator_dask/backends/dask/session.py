@@ -52,6 +52,7 @@ class DaskRun:
         self.planner: Any = None
         self.input_check: Any = None
         self.summary: dict[str, Any] | None = None
+        self.scheduler_lost: str | None = None  # set when the run gave up on its scheduler
         self.sources: list[Any] = []
         self.todo: list[Any] = []
         self.skipped = 0
@@ -157,26 +158,32 @@ class DaskRun:
             from curator_dask.nemo.logs import forward_to_driver
 
             forward_to_driver(self.client)
-        self.client.register_plugin(host, name=host.name)
+        register_stage_host(self.client, host)
         stream = SourceStream(self, host.name, self.todo)
         bars = StageBars(self.stages, self.plan, len(self.todo), self.executor.progress,
                          self.live.dashboard, on_advance=self.live.stage_advanced)
         try:
-            with performance_report(self.client, self.options.performance_report):
+            with performance_report(self.client, self.options.performance_report,
+                                    skip=lambda: self.scheduler_lost is not None):
                 return stream.run(bars)
         finally:
             bars.close()
-            try:
-                self.client.unregister_worker_plugin(host.name)
-            except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
-                logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
+            if self.scheduler_lost is None:
+                try:
+                    self.client.unregister_worker_plugin(host.name)
+                except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
+                    logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
 
     def wrap_up(self, run_completed: bool) -> None:
         """Also after a stop or a failure: flush completions, record inputs, close."""
         if self.planner is not None:
             self.planner.close(run_completed=run_completed)
             self.events.checkpoint_totals()
-        if self.completion is not None and self.summary is None:
+        if self.scheduler_lost is not None and self.completion is not None:
+            logger.error("%s; the completions it had already written to %s are kept, the "
+                         "sources in flight stay pending", self.scheduler_lost,
+                         self.options.checkpoint_path)
+        elif self.completion is not None and self.summary is None:
             try:
                 self.summary = self.completion.close()
             except Exception as exc:  # noqa: BLE001 (do not hide the run's own error)
@@ -220,6 +227,25 @@ class DaskRun:
         logger.info("Finished %d sources in %.2f s: %d output tasks", len(self.todo),
                     result.wall_time, len(outputs))
         return result
+
+
+def register_stage_host(client: Any, host: Any, attempts: int = 3) -> None:
+    """Send the run's stages to every worker (the ``StageHost`` plugin).
+
+    The scheduler keeps the plugin for workers that join later and sends it to the current
+    ones; a worker lost while it is being sent fails the call (its connection closes). That
+    is survived like a worker lost mid-run: the plugin goes again to the workers that remain.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            client.register_plugin(host, name=host.name)
+            return
+        except OSError as exc:  # CommClosedError: a worker went away during the broadcast
+            if attempt == attempts:
+                raise
+            logger.warning("a worker was lost while the stages were sent to the workers (%s); "
+                           "sending them again to the %d that remain", exc,
+                           len(client.nthreads()))
 
 
 def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan) -> None:
@@ -267,8 +293,10 @@ def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
 
 
 @contextlib.contextmanager
-def performance_report(client: Any, path: str | None) -> Iterator[None]:
-    """``distributed.performance_report`` for one run; a failure to save only logs a warning."""
+def performance_report(client: Any, path: str | None,
+                       skip: Any = lambda: False) -> Iterator[None]:
+    """``distributed.performance_report`` for one run; a failure to save only logs a warning,
+    and ``skip()`` (a lost scheduler) leaves it unsaved rather than waiting for it."""
     stack = contextlib.ExitStack()
     if path:
         try:
@@ -282,6 +310,8 @@ def performance_report(client: Any, path: str | None) -> Iterator[None]:
     try:
         yield
     finally:
+        if skip():
+            stack.pop_all()  # nothing to ask a scheduler that is gone
         try:
             stack.close()  # the report is saved here
         except Exception as error:  # noqa: BLE001 (the report must not fail the run)

@@ -7,16 +7,16 @@ flight; each finished chain submits the next. A stop request lets running chains
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
 import time
 from typing import Any
 
+from curator_dask import config as _config
 from curator_dask.backends.dask.keys import task_key
 from curator_dask.backends.dask.worker import GroupResult, run_group
-from curator_dask.errors import RunStopped
+from curator_dask.errors import RunStopped, SchedulerLostError
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +84,53 @@ class ChunkSizer:
         return max(1, min(wanted, self.limit, spread))
 
 
-def completed(done: Any) -> Any:
-    """Iterate ``as_completed`` results, ending quietly at futures cancelled by a drain."""
-    from distributed.client import FutureCancelledError
+class SchedulerWatch:
+    """Whether the client's connection to the scheduler is gone for longer than ``grace``.
 
-    try:
-        yield from done
-    except (FutureCancelledError, asyncio.CancelledError):
-        return
+    A client whose scheduler died keeps reconnecting; its futures then never finish (a result
+    download in flight is never delivered), so the run asks this watch instead of waiting.
+    """
+
+    def __init__(self, client: Any, grace: float) -> None:
+        self.client, self.grace = client, grace
+        self._since: float | None = None
+        self.address = getattr(getattr(client, "scheduler", None), "address", None)
+
+    def lost(self) -> str | None:
+        """``None`` while connected, else why the run must give up on its scheduler."""
+        if self.client.status == "running":
+            self._since = None
+            return None
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._since < self.grace:
+            return None
+        return (f"lost the Dask scheduler {self.address}: no connection for {self.grace:.0f} s "
+                f"(client status {self.client.status!r})")
+
+
+def completed(done: Any, lost: Any) -> Any:
+    """``(future, result)`` of chains as they finish; raises :class:`SchedulerLostError` when
+    ``lost()`` says the scheduler is gone, instead of waiting for futures that cannot finish.
+
+    A chain that raised re-raises its error here; a cancelled one yields its
+    ``CancelledError`` as the result (a drain or ``stop --force`` cancelled it).
+    """
+    while True:
+        if done.has_ready():
+            for future, result in done.next_batch(block=False):
+                if future.status == "error":
+                    _, exc, tb = result
+                    raise exc.with_traceback(tb)
+                yield future, result
+            continue
+        if done.is_empty():
+            return
+        reason = lost()
+        if reason is not None:
+            raise SchedulerLostError(reason)
+        with done.thread_condition:
+            done.thread_condition.wait(timeout=0.1)
 
 
 class WorkerWatch:
@@ -149,6 +188,8 @@ class SourceStream:
         self.outputs: list[Any] = []
         self.finished = 0
         self._ended = False
+        self.scheduler = SchedulerWatch(
+            self.client, float(_config.get("cluster.scheduler-lost-grace")))
 
     def run(self, bars: Any) -> list[Any]:
         """Submit, collect and resubmit until every source finished or a stop drained."""
@@ -159,8 +200,11 @@ class SourceStream:
             self.run_.mark_first_submit()
             for _ in range(self.window):
                 self._submit_chunk()
-            for future, result in completed(self.done):
+            for future, result in completed(self.done, self.scheduler.lost):
                 self._collect(future, result)
+        except SchedulerLostError as exc:
+            self.run_.scheduler_lost = str(exc)  # nothing can be cancelled or flushed there
+            raise
         except BaseException:
             self.client.cancel(list(self.in_flight), force=True)
             raise
@@ -205,8 +249,12 @@ class SourceStream:
         run = self.run_
         run.live.in_flight(-len(ids))
         future.release()
-        if not isinstance(result, GroupResult):  # cancelled (drain, stop --force)
-            if not self.stop.event.is_set():
+        if not isinstance(result, GroupResult):  # cancelled
+            if getattr(result, "reason", None) == "scheduler-connection-lost":
+                # the client cancels every future the moment its scheduler connection drops
+                raise SchedulerLostError(f"lost the Dask scheduler {self.scheduler.address}: "
+                                         "the connection to it was closed")
+            if not self.stop.event.is_set():  # a drain, or `stop --force` on the scheduler
                 self.stop.request("its Dask tasks were cancelled on the scheduler")
             return
         self.outputs.extend(result.tasks())
@@ -231,5 +279,5 @@ class SourceStream:
         deadline = time.monotonic() + timeout
         while self.in_flight and time.monotonic() < deadline and not self._ended:
             time.sleep(0.05)
-        if self.in_flight and not self._ended:
+        if self.in_flight and not self._ended and self.client.status == "running":
             self.client.cancel(list(self.in_flight), force=True)
