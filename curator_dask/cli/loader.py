@@ -190,9 +190,11 @@ def _load_yaml(path: str) -> Pipeline:
 def _load_module_from_file(path: str) -> Any:
     """Import ``path`` as a module named after its stem, with its folder on ``sys.path``.
 
-    Like ``python path.py`` does, the folder goes first on ``sys.path``, so worker processes
-    (which start with the driver's ``sys.path``) import the same module by name when they
-    unpickle its stages. A remote cluster needs the file importable there too.
+    Like ``python path.py`` does, the folder goes first on ``sys.path``. Workers of another
+    machine (``--address``, SLURM worker jobs) usually cannot import the file, so its module,
+    and the modules it imported from its folder, are registered with
+    ``cloudpickle.register_pickle_by_value``: their stages travel to the workers by value
+    (docs/design/architecture.md "The worker plugin: StageHost").
     """
     folder = os.path.dirname(os.path.abspath(path))
     name = os.path.splitext(os.path.basename(path))[0]
@@ -207,9 +209,40 @@ def _load_module_from_file(path: str) -> Any:
     if spec is None or spec.loader is None:
         raise PipelineDefinitionError(f"{path}: cannot load as a Python file")
     module = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    ship_by_value([name, *(set(sys.modules) - before)], folder)
     return module
+
+
+def ship_by_value(names: list[str], folder: str) -> list[str]:
+    """Register the modules ``names`` whose file lies under ``folder`` with
+    ``cloudpickle.register_pickle_by_value``; returns the names registered.
+
+    Meant for the modules a pipeline file imported for the first time: modules imported
+    before (curator_dask itself, even when ``folder`` is its checkout) and installed packages
+    keep travelling by reference.
+
+    Example:
+        >>> import tempfile
+        >>> ship_by_value(["os", "curator_dask"], tempfile.gettempdir())
+        []
+    """
+    import cloudpickle
+
+    root = os.path.join(os.path.realpath(folder), "")
+    shipped = []
+    for name in sorted(names):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not file or not os.path.realpath(file).startswith(root):
+            continue
+        installed = "site-packages" in file or "dist-packages" in file
+        if installed or name.partition(".")[0] in ("curator_dask", NEMO_PACKAGE):
+            continue
+        cloudpickle.register_pickle_by_value(sys.modules[name])
+        shipped.append(name)
+    return shipped
 
 
 def load_pipeline(reference: str) -> Pipeline:

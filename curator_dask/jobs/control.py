@@ -21,10 +21,85 @@ class StopError(RuntimeError):
     """The job cannot be stopped as asked (unknown, finished, or another host's process)."""
 
 
-def request_stop(job_dir: str) -> None:
-    """Ask the job's driver to stop: no new sources, running ones finish, state ``stopped``."""
-    with open(os.path.join(job_dir, STOP_REQUEST), "w", encoding="utf-8") as f:
-        json.dump({"requested": time.time(), "by_pid": os.getpid()}, f)
+def request_stop(job_dir: str) -> dict[str, Any]:
+    """Ask the job's driver to stop: no new sources, running ones finish, state ``stopped``.
+
+    The request names the attempt it is for (the summary's ``run_id``, driver ``pid`` and
+    ``process_start``): only that attempt obeys it; a later attempt removes it
+    (docs/design/architecture.md "Jobs"). A driver that is gone from this host gets no request
+    (nobody would read it, and it must not stop the resume): :class:`StopError` says so.
+    Returns the request written.
+
+    Example:
+        >>> import tempfile
+        >>> from curator_dask.jobs.summary import write_summary
+        >>> job_dir = tempfile.mkdtemp()
+        >>> _ = write_summary(os.path.join(job_dir, SUMMARY_FILE), state="running",
+        ...                   run_id="0a1b2c3d", process_start=process_start_time())
+        >>> request_stop(job_dir)["run_id"]
+        '0a1b2c3d'
+        >>> _ = write_summary(os.path.join(job_dir, SUMMARY_FILE), state="running",
+        ...                   run_id="0a1b2c3d", process_start=1.0, resume_command="run --resume j")
+        >>> request_stop(job_dir)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        curator_dask.jobs.control.StopError: the job's driver (pid ...) is gone (it ended, ...
+    """
+    summary = read_summary(os.path.join(job_dir, SUMMARY_FILE)) or {}
+    if summary.get("host") == socket.gethostname() and not is_recorded_driver(summary):
+        resume = summary.get("resume_command")
+        msg = (f"the job's driver (pid {summary.get('pid')}) is gone (it ended, or its pid was "
+               "reused): state 'running (driver gone)'; nothing was signalled and no stop "
+               "request was left" + (f"; resume it with: {resume}" if resume else ""))
+        raise StopError(msg)
+    request = {"requested": time.time(), "by_pid": os.getpid(), "run_id": summary.get("run_id"),
+               "pid": summary.get("pid"), "process_start": summary.get("process_start")}
+    path = os.path.join(job_dir, STOP_REQUEST)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(request, f)
+    os.replace(path + ".tmp", path)  # the driver never reads half a request
+    return request
+
+
+def read_stop_request(path: str) -> dict[str, Any] | None:
+    """The stop request at ``path``; ``None`` when there is none. A file that is not a JSON
+    object (written by hand, say) reads as a request for no attempt in particular; one without
+    a time as made when the file was last modified."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        mtime = os.path.getmtime(path)
+    except FileNotFoundError:
+        return None
+    try:
+        request = json.loads(text)
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        return {"requested": mtime}
+    if not isinstance(request.get("requested"), (int, float)):
+        request["requested"] = mtime
+    return request
+
+
+def stop_request_for(request: dict[str, Any], run_id: str, started: float) -> bool:
+    """Whether ``request`` is for the attempt ``run_id`` that started at ``started``: it names
+    that attempt, or (written by an older ``stop``) names none and was made after it started.
+
+    Example:
+        >>> stop_request_for({"run_id": "a", "requested": 5.0}, "a", started=10.0)
+        True
+        >>> stop_request_for({"run_id": "b", "requested": 50.0}, "a", started=10.0)
+        False
+        >>> stop_request_for({"requested": 5.0}, "a", started=10.0)
+        False
+    """
+    if request.get("run_id"):
+        return request["run_id"] == run_id
+    try:
+        return float(request.get("requested") or 0) >= started
+    except (TypeError, ValueError):
+        return False
 
 
 def wait_for_state(job_dir: str, timeout: float) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from curator_dask.backends.base import RunObserver
+from curator_dask.jobs.control import read_stop_request, stop_request_for
 from curator_dask.jobs.events import EventLog
 from curator_dask.jobs.job import JobDirectory, new_job_id, validate_job_id
 from curator_dask.jobs.summary import (
@@ -105,6 +106,7 @@ class JobRun(RunObserver):
         self._stop_seen = False
         self.heartbeat = heartbeat
         self._write_summary()
+        self._check_stop_request()  # one left for an earlier attempt goes at once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat, name="curator-dask-job-summary",
                                         daemon=True)
@@ -166,9 +168,30 @@ class JobRun(RunObserver):
         return self.directory.file(PERFORMANCE_REPORT)
 
     def _check_stop_request(self) -> None:
+        """Obey a stop request for this attempt; remove one left for another attempt.
+
+        A request names the attempt it is for (``stop`` reads the run id from the summary), so
+        one left behind by an attempt whose driver was killed never stops the next attempt
+        (docs/design/architecture.md "Jobs").
+        """
         path = self.directory.file(STOP_REQUEST)
-        if self._stop_seen or self._request_stop is None or not os.path.exists(path):
+        if self._stop_seen or not os.path.exists(path):
             return
+        request = read_stop_request(path)
+        if request is None:
+            return
+        if not stop_request_for(request, self.run_id, self.started):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            made = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request["requested"]))
+            logger.warning("job %s: ignoring a stop request for attempt %s made at %s (this "
+                           "attempt is %s); removed it", self.job_id,
+                           request.get("run_id") or "(none named)", made, self.run_id)
+            self.events.emit("warning", message=f"ignored a stop request for attempt "
+                             f"{request.get('run_id')} made at {made}")
+            return
+        if self._request_stop is None:
+            return  # the run has not bound its stop function yet: obey it then
         self._stop_seen = True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

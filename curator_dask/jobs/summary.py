@@ -12,7 +12,7 @@ from curator_dask.utils.atomic import write_atomic
 
 STATES = ("running", "completed", "failed", "stopped")
 SUMMARY_FILE = "job_summary.json"
-STOP_REQUEST = "stop_request.json"  # left by `stop JOB`, polled by the driver
+STOP_REQUEST = "stop_request.json"  # left by `stop JOB` for one attempt (run_id); see control.py
 
 
 def process_start_time(pid: int | None = None) -> float | None:

@@ -56,6 +56,7 @@ class SlurmClusterHandle:
             self._tls_dir = tempfile.mkdtemp(prefix="cluster-", dir=base)
             kwargs.setdefault("shared_temp_directory", self._tls_dir)
             kwargs["security"] = True
+        kwargs.update(loopback_dashboards(kwargs))
         self.cluster = SLURMCluster(**kwargs)
         self.tls = str(self.cluster.scheduler_address).startswith("tls://")
         self.cluster.scale(jobs=jobs)
@@ -82,6 +83,44 @@ class SlurmClusterHandle:
         # removed by the next cluster started here.
         self._stop.set()
         self.cluster.close()
+
+
+def loopback_dashboards(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``scheduler_options`` and ``worker_extra_args`` for ``SLURMCluster`` that keep the
+    dashboards (plain HTTP, while the comms use TLS) on loopback, unless the user chose.
+
+    dask-jobqueue binds the scheduler's dashboard to ``:8787`` (every interface) and ``dask
+    worker`` its own to ``:0``; here they listen on ``127.0.0.1`` (the scheduler's on port
+    8787, or a free one when taken). Reach the scheduler's through an SSH tunnel, e.g.
+    ``ssh -L 8787:localhost:8787 login-node`` (docs/design/architecture.md "Safety of names
+    and addresses"). The values given, in ``kwargs`` or in the ``jobqueue.slurm``
+    configuration, are completed, never replaced.
+
+    Example:
+        >>> opts = loopback_dashboards({"scheduler_options": {"port": 8786}})
+        >>> opts["scheduler_options"]
+        {'port': 8786, 'dashboard_address': '127.0.0.1:8787'}
+        >>> opts["worker_extra_args"][-2:]
+        ['--dashboard-address', '127.0.0.1:0']
+        >>> loopback_dashboards({"scheduler_options": {"dashboard_address": ":9000"},
+        ...                      "worker_extra_args": ["--no-dashboard"]})["scheduler_options"]
+        {'dashboard_address': ':9000'}
+    """
+    import dask.config
+
+    scheduler = kwargs.get("scheduler_options")
+    if scheduler is None:
+        scheduler = dask.config.get("jobqueue.slurm.scheduler-options", None) or {}
+    scheduler = dict(scheduler)
+    scheduler.setdefault("dashboard_address", "127.0.0.1:8787")
+    worker = kwargs.get("worker_extra_args")
+    if worker is None:
+        worker = dask.config.get("jobqueue.slurm.worker-extra-args", None) or []
+    worker = list(worker)
+    # `--no-dashboard` alone still serves /health and /metrics on --dashboard-address.
+    if not any(str(a).startswith("--dashboard-address") for a in worker):
+        worker += ["--dashboard-address", "127.0.0.1:0"]
+    return {"scheduler_options": scheduler, "worker_extra_args": worker}
 
 
 def _remove_empty_dirs(base: str) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 from curator_dask import lineage
 from curator_dask.errors import StageError
-from curator_dask.models import model_of
+from curator_dask.models import class_named, model_of
 from curator_dask.resumability.counters import DeltaLog, stage_deltas
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import Task
@@ -56,6 +56,77 @@ def _items(tasks: Sequence[Task]) -> int:
     return total
 
 
+def source_files(tasks: Sequence[Task]) -> list[str]:
+    """The input files the tasks came from, for error messages: the ``source_files`` their
+    reader left in ``_metadata`` (as writers name outputs, docs/design/contract.md §6.2), or a
+    file group's own files; each file once, in order.
+
+    Example:
+        >>> from curator_dask.tasks import FileGroupTask
+        >>> source_files([FileGroupTask(dataset_name="d", data=["/in/a.jsonl", "/in/b.jsonl"])])
+        ['/in/a.jsonl', '/in/b.jsonl']
+    """
+    files: dict[str, None] = {}
+    for task in tasks:
+        found = (getattr(task, "_metadata", None) or {}).get("source_files")
+        if not found and class_named(task, "FileGroupTask"):
+            found = task.data
+        if isinstance(found, (list, tuple)):
+            files.update(dict.fromkeys(str(f) for f in found))
+    return list(files)
+
+
+def _shipped_files(exc: BaseException) -> dict[tuple[str, int], str]:
+    """``{(function, line): file}`` of the frames of ``exc`` (and its causes) whose code
+    cloudpickle shipped by value: it names their file ``<dynamic-code>``, and keeps the
+    module's ``__file__`` in their globals."""
+    found: dict[tuple[str, int], str] = {}
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        for frame, line in traceback.walk_tb(e.__traceback__):
+            file = frame.f_globals.get("__file__")
+            if frame.f_code.co_filename == "<dynamic-code>" and isinstance(file, str):
+                found[(frame.f_code.co_name, line)] = file
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    return found
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc``'s traceback as ``traceback.format_exception`` writes it, with the real file of
+    stage code shipped by value (a pipeline file the workers cannot import,
+    docs/design/architecture.md "The worker plugin: StageHost") instead of ``<dynamic-code>``.
+
+    Example:
+        >>> try:
+        ...     {}["missing"]
+        ... except KeyError as exc:
+        ...     print(traceback_text(exc).splitlines()[-1])
+        KeyError: 'missing'
+    """
+    tbe = traceback.TracebackException.from_exception(exc)
+    files = _shipped_files(exc)
+    if files:
+        todo, seen = [tbe], set()
+        while todo:
+            t = todo.pop()
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            for i, f in enumerate(t.stack):
+                file = files.get((f.name, f.lineno))
+                if f.filename == "<dynamic-code>" and file:
+                    t.stack[i] = traceback.FrameSummary(
+                        file, f.lineno, f.name, end_lineno=f.end_lineno, colno=f.colno,
+                        end_colno=f.end_colno)
+            todo += [t.__cause__, t.__context__, *(getattr(t, "exceptions", None) or ())]
+    return "".join(tbe.format())
+
+
 class StageAdapter:
     """Wraps a stage: calls ``process_batch``, assigns ids, strips sentinels, records stats.
 
@@ -89,7 +160,7 @@ class StageAdapter:
         except Exception as exc:
             raise StageError(
                 stage.name, [t.task_id for t in tasks], f"{type(exc).__name__}: {exc}",
-                traceback.format_exc(),
+                traceback_text(exc), source_files=source_files(tasks),
             ) from exc
         elapsed = time.perf_counter() - start
         none_task = self.model.none_task

@@ -11,6 +11,7 @@ Stages travel to each worker once, with the plugin, not with every task.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import logging
@@ -27,6 +28,7 @@ from typing import Any
 from distributed import WorkerPlugin, get_worker
 
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.errors import StageError
 from curator_dask.models import is_nemo, model_of
 from curator_dask.resumability.counters import DeltaLog
 from curator_dask.resumability.plugin import TOPIC
@@ -119,6 +121,7 @@ class StageHost(WorkerPlugin):
         import cloudpickle
 
         self.stages = cloudpickle.loads(self._stages_payload)
+        quiet_stage_errors()
         if any(is_nemo(s) for s in self.stages):
             from curator_dask.nemo.logs import bridge_worker_loguru
 
@@ -262,6 +265,43 @@ class StageHost(WorkerPlugin):
             record[1] += size
             record[2] += time.perf_counter() - t0
         return produced, totals
+
+
+class _StageErrorRecords(logging.Filter):
+    """distributed logs every failed task at ERROR ("Compute Failed"), the exception's repr
+    (its traceback one escaped line) included. For a :class:`StageError` the driver reports
+    the same error readably (files, stage, exception, traceback), so that record becomes one
+    INFO line of curator_dask here; every other failure is logged as distributed logs it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if not str(record.msg).startswith("Compute Failed") or len(args) < 4:
+            return True
+        text = str(args[3])
+        prefix = f"{StageError.__name__}("
+        if not text.startswith(prefix):
+            return True
+        try:
+            message = str(ast.literal_eval(text[len(prefix):-1]))
+        except (ValueError, SyntaxError):
+            message = text
+        logger.info("task %s failed (the driver reports it): %s", args[0],
+                    message.splitlines()[0] if message else text)
+        return False
+
+
+def quiet_stage_errors() -> None:
+    """Install :class:`_StageErrorRecords` on ``distributed.worker`` (once per process).
+
+    Example:
+        >>> quiet_stage_errors(); quiet_stage_errors()
+        >>> sum(isinstance(f, _StageErrorRecords)
+        ...     for f in logging.getLogger("distributed.worker").filters)
+        1
+    """
+    target = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _StageErrorRecords) for f in target.filters):
+        target.addFilter(_StageErrorRecords())
 
 
 def plugin_name(run_id: str) -> str:
