@@ -4,7 +4,8 @@ same files, bytes, names and task ids; NeMo's checkpoint is honoured by the Dask
 the Dask executor's by NeMo's.
 
 The Ray side runs in a child process (Ray's daemons and its ``RAY_ADDRESS`` stay out of the
-test process) and stops its cluster whatever happens.
+test process) and ends its cluster whatever happens; the test then checks that no Ray process
+is left.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import subprocess
 import sys
 import textwrap
 
-from tests.helpers import REPO_ROOT, completed_ids
+from tests.helpers import REPO_ROOT, completed_ids, poll_for
 from tests.nemo.nemo_pipelines import curation_pipeline, files_of, nemo_completed, write_input
 
 RAY_SIDE = textwrap.dedent("""
-    import json, sys
+    import json, os, signal, sys
     from nemo_curator.backends.ray_actor_pool import RayActorPoolExecutor
     from nemo_curator.core.client import RayClient
     from tests.nemo.nemo_pipelines import curation_pipeline
@@ -38,7 +39,10 @@ RAY_SIDE = textwrap.dedent("""
         except ValueError as exc:  # RayActorPoolExecutor: "No tasks to process"
             report["rerun"] = str(exc)
     finally:
-        client.stop()
+        # RayClient.stop() lets `ray start --block` drain for 5 s; the test ends the cluster's
+        # process group at once (the same group RayClient.stop() signals).
+        os.killpg(os.getpgid(client.ray_process.pid), signal.SIGKILL)
+        client.ray_process.wait()
     print("REPORT " + json.dumps(report))
 """)
 
@@ -59,6 +63,7 @@ def test_same_as_nemos_ray_executor_and_checkpoints_interoperate(tmp_path, execu
     report_lines = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
     assert proc.returncode == 0 and report_lines, (proc.stdout + proc.stderr)[-4000:]
     report = json.loads(report_lines[-1][len("REPORT "):])
+    poll_for(lambda: not _ray_processes(), 30, lambda: f"Ray left {_ray_processes()}")
     # the same output files, bytes and names; the same task ids
     assert files_of(tmp_path / "ray_out") == files_of(tmp_path / "dask_out")
     assert report["ids"] == sorted(t.task_id for t in dask)
@@ -73,3 +78,11 @@ def test_same_as_nemos_ray_executor_and_checkpoints_interoperate(tmp_path, execu
         executor=executor, checkpoint_path=str(ray_ck))
     assert list(rerun) == [] and rerun.skipped_sources == 3
     assert not list((tmp_path / "dask_rerun_out").glob("*.jsonl"))
+
+
+def _ray_processes() -> list[str]:
+    import psutil
+
+    names = ("raylet", "gcs_server", "ray::")
+    return [p.info["name"] for p in psutil.process_iter(["name"])
+            if p.info["name"] and p.info["name"].startswith(names)]
