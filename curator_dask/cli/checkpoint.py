@@ -16,8 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "inspect",
         help="list writer files and completed sources",
         description=(
-            "List the writer files of a checkpoint (completed counts, unreadable files) and, "
-            "with --input, which input partitions are complete. Read-only."
+            "List the writer files of a checkpoint (completed counts, unreadable and damaged "
+            "files) and, with --input, which input partitions are complete. Read-only; each "
+            "file is read in a child process, so a damaged one cannot crash the command."
         ),
     )
     inspect.add_argument("path", metavar="PATH", help="the checkpoint_path of the runs")
@@ -52,8 +53,12 @@ def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
     print(f"metadata:   {report.metadata_dir}")
     print(f"writer files: {len(report.writers)}")
     for w in report.writers:
-        state = f"{w.completed} completed" if w.error is None else f"UNREADABLE ({w.error})"
+        state = f"{w.completed} completed" if w.error is None else (
+            f"UNREADABLE ({'damaged: ' if w.damaged else ''}{w.error})")
         print(f"  {w.path}  {w.size} bytes  {state}")
+    if report.damaged:
+        print(f"damaged writer files: {len(report.damaged)} (skipped by runs: their sources "
+              "run again)")
     print(f"completed sources (union): {len(report.completed)}")
     if report.partitions is not None:
         done = sum(p.complete for p in report.partitions)

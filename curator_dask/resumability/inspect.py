@@ -7,16 +7,21 @@ from dataclasses import asdict, dataclass, field
 import fsspec
 
 from curator_dask.resumability.layout import METADATA_DIRNAME
+from curator_dask.resumability.safe_read import is_damage
 from curator_dask.resumability.store import read_writer_files, writer_file_sizes
 from curator_dask.utils.files import is_remote_url
 
 
 @dataclass
 class WriterFile:
+    """One ``*.mdb``: its completed count, or why it could not be read; ``damaged`` when its
+    content is at fault (its sources run again; docs/design/contract.md §4.3)."""
+
     path: str
     size: int
     completed: int | None = None
     error: str | None = None
+    damaged: bool = False
 
 
 @dataclass
@@ -42,12 +47,18 @@ class CheckpointReport:
     completed: list[str] = field(default_factory=list)
     partitions: list[PartitionStatus] | None = None
 
+    @property
+    def damaged(self) -> list[str]:
+        """The writer files whose content is damaged."""
+        return [w.path for w in self.writers if w.damaged]
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "damaged": self.damaged}
 
 
 def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> CheckpointReport:
-    """Read every writer file of ``checkpoint`` (never writes); unreadable files are reported."""
+    """Read every writer file of ``checkpoint`` (never writes), each in a child process so a
+    damaged one cannot kill this one; unreadable and damaged files are reported."""
     fs, root = fsspec.core.url_to_fs(checkpoint, **(storage_options or {}))
     meta = fs.sep.join([root.rstrip(fs.sep), METADATA_DIRNAME])
     remote = is_remote_url(checkpoint)
@@ -62,6 +73,7 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
         writer = WriterFile(path=shown_path, size=sizes[path])
         if ids is None:
             writer.error = f"{type(exc).__name__}: {exc}"
+            writer.damaged = is_damage(exc, sizes[path])
         else:
             writer.completed = len(ids)
             union |= ids

@@ -4,7 +4,10 @@ See docs/design/contract.md §4.
 
 One writer file per process, ``<checkpoint>/.nemo_curator_metadata/<host>-<pid>.mdb``, named
 database ``completed_sources``, key = source id (UTF-8), value ``b"1"``. At start the store reads
-the union of every ``*.mdb`` in that directory; an unreadable file is skipped with a warning.
+the union of every ``*.mdb`` in that directory, read in a child process
+(``safe_read.SafeReader``) so that a damaged file cannot kill this one; an unreadable or damaged
+file is skipped with a warning. A damaged file of this writer's own name (a recycled pid) is
+moved aside before the writer opens it.
 
 LMDB memory-maps its file and needs a local POSIX file system. For object stores (``s3://``,
 ``memory://``, ...) and network file systems (NFS, Lustre, GPFS, ...; detected from the mount
@@ -30,13 +33,16 @@ import fsspec
 import lmdb
 
 from curator_dask.resumability.layout import METADATA_DIRNAME
+from curator_dask.resumability.safe_read import DB_NAME as DB_NAME
+from curator_dask.resumability.safe_read import MAP_SIZE as MAP_SIZE
+from curator_dask.resumability.safe_read import SafeReader, probe_writer_file
+from curator_dask.resumability.safe_read import open_writer_env as open_writer_env
+from curator_dask.resumability.safe_read import read_completed as read_completed
 from curator_dask.utils.atomic import write_atomic
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
 
-DB_NAME = b"completed_sources"
-MAP_SIZE = 1 << 30
 NETWORK_FS_TYPES = frozenset({
     "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "cephfs", "ceph",
     "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs",
@@ -105,49 +111,35 @@ def list_writer_files(fs, meta_dir: str) -> list[str]:
 
 def read_writer_files(
     fs, paths: list[str], *, remote: bool
-) -> Iterator[tuple[str, set[str] | None, Exception | None]]:
+) -> Iterator[tuple[str, set[str] | None, BaseException | None]]:
     """``(shown path, completed ids or None, error or None)`` for each writer file.
 
-    Remote files are downloaded to a temporary folder first (LMDB needs a local file).
+    Every file is read in one child process (docs/design/contract.md §4.3), so a damaged file
+    yields ``safe_read.ReaderCrashedError`` instead of killing this process. Remote files are
+    downloaded to a temporary folder first (LMDB needs a local file), a few ahead of the reader.
     """
     download_dir = tempfile.mkdtemp(prefix="curator-dask-union-") if remote else None
-    try:
+
+    def local_files() -> Iterator[str | BaseException]:
         for path in paths:
-            shown = fs.unstrip_protocol(path) if remote else path
+            if download_dir is None:
+                yield path
+                continue
+            local = os.path.join(download_dir, os.path.basename(path))
             try:
-                local = path
-                if download_dir is not None:
-                    local = os.path.join(download_dir, os.path.basename(path))
-                    fs.get_file(path, local)
-                yield shown, read_completed(local), None
-            except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
-                yield shown, None, exc
+                fs.get_file(path, local)
+            except OSError as exc:
+                yield exc
+            else:
+                yield local
+
+    try:
+        with SafeReader() as reader:
+            for path, (ids, exc) in zip(paths, reader.read_all(local_files()), strict=True):
+                yield (fs.unstrip_protocol(path) if remote else path), ids, exc
     finally:
         if download_dir is not None:
             shutil.rmtree(download_dir, ignore_errors=True)
-
-
-def open_writer_env(path: str) -> lmdb.Environment:
-    """Open a writer file with NeMo Curator's exact flags."""
-    return lmdb.open(path, subdir=False, lock=False, max_dbs=1, map_size=MAP_SIZE,
-                     metasync=False, sync=True, readahead=False)
-
-
-def read_completed(path: str) -> set[str]:
-    """Completed ids in one ``.mdb`` file, opened as NeMo Curator's reader opens it.
-
-    Raises ``lmdb.Error`` for an unreadable file. A file without the named database holds none.
-    """
-    env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=1)
-    try:
-        try:
-            db = env.open_db(DB_NAME, create=False)
-        except lmdb.NotFoundError:
-            return set()
-        with env.begin() as txn, txn.cursor(db=db) as cur:
-            return {bytes(k).decode() for k, _ in cur}
-    finally:
-        env.close()
 
 
 class CompletionStore:
@@ -194,9 +186,34 @@ class CompletionStore:
         else:
             self._local_dir = None
             self.local_path = self.remote_path
+        self.set_aside = self._set_aside_if_damaged()
         self.env: lmdb.Environment | None = open_writer_env(self.local_path)
         self.db = self.env.open_db(DB_NAME)
         self.unreadable: list[str] = []
+
+    def _set_aside_if_damaged(self) -> str | None:
+        """Check a file of this writer's own name left by an earlier process (a recycled pid)
+        before reopening it for writing (docs/design/contract.md §4.2): a damaged one would kill
+        this process. It is moved to ``<name>.mdb.damaged`` (staged: dropped, and replaced at
+        the next publish) and its sources run again. Returns the shown path of such a file."""
+        path = self.local_path
+        if not os.path.exists(path) or os.path.getsize(path) == 0:
+            return None  # none, or a fresh file LMDB initialises
+        error = probe_writer_file(path)
+        if error is None:
+            return None
+        shown = self.fs.unstrip_protocol(self.remote_path) if self._is_remote() else (
+            self.remote_path)
+        if self.staged:
+            os.unlink(path)
+            self._dirty = True  # the next publish replaces the damaged file with a sound one
+            where = "dropped; the next publish replaces it"
+        else:
+            os.replace(path, f"{path}.damaged")
+            where = f"moved to {path}.damaged"
+        logger.warning("resumability: own writer file %s is damaged (%s); %s: %s", shown,
+                       type(error).__name__, where, error)
+        return shown
 
     # -- reading ----------------------------------------------------------------------------
     def own_completed(self) -> set[str]:
@@ -210,7 +227,7 @@ class CompletionStore:
     def load_union(self) -> set[str]:
         """Own completions plus those of every other ``*.mdb`` (unreadable files skipped)."""
         completed = self.own_completed()
-        self.unreadable = []
+        self.unreadable = [self.set_aside] if self.set_aside else []
         others = [p for p in self.writer_files() if p != self.remote_path]
         for shown, ids, exc in read_writer_files(self.fs, others, remote=self._is_remote()):
             if ids is None:

@@ -18,6 +18,7 @@ import fsspec
 import lmdb
 import pytest
 
+from curator_dask.resumability.safe_read import SafeReader
 from curator_dask.resumability.store import (
     METADATA_DIRNAME,
     CompletionStore,
@@ -279,6 +280,24 @@ class TestWriteRead:
             assert store.load_union() == {"a"}
         finally:
             store.close()
+
+    @pytest.mark.parametrize("others", [0, 1, 12])
+    def test_one_reader_process_at_most(
+        self, tmp_path: Path, others: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Other writers' files are read in one child process (none when there are none; a
+        damaged file restarts it: tests/resumability/test_damaged_writers.py)."""
+        starts: list[int] = []
+        real_start = SafeReader._start
+        monkeypatch.setattr(SafeReader, "_start",
+                            lambda self: starts.append(1) or real_start(self))
+        for i in range(others):
+            complete(tmp_path, f"host-{i}", [f"id-{i}"])
+        store = CompletionStore(str(tmp_path), writer_id="own")
+        store.add(["mine"])
+        assert store.load_union() == {"mine", *(f"id-{i}" for i in range(others))}
+        store.close()
+        assert len(starts) == min(others, 1)
 
 
 # --------------------------------------------------------------------------------------------
