@@ -59,15 +59,21 @@ def completed(cwd: Path) -> set[str]:
     return completed_ids(cwd / "checkpoints" / "resume-demo")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
-def test_interrupt_then_resume_processes_only_unfinished(tmp_path, sig):
-    cwd = demo_dir(tmp_path / "demo")
-    # An uninterrupted run in the same folder (ids hash absolute paths) is the reference.
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo folder and an uninterrupted run's outputs there (ids hash absolute paths, so
+    the reference comes from the same folder); each test then starts from no outputs."""
+    cwd = demo_dir(tmp_path_factory.mktemp("interrupt") / "demo")
     out = run_to_end(cwd)
     assert SUMMARY.search(out).groups() == (str(FILES), "0", str(FILES))
-    reference = outputs(cwd)
-    shutil.rmtree(cwd / "output")
-    shutil.rmtree(cwd / "checkpoints")
+    return cwd, outputs(cwd)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_interrupt_then_resume_processes_only_unfinished(demo, sig):
+    cwd, reference = demo
+    shutil.rmtree(cwd / "output", ignore_errors=True)
+    shutil.rmtree(cwd / "checkpoints", ignore_errors=True)
 
     proc = start(cwd)
     poll_for(lambda: len(list((cwd / "output").glob("*.jsonl"))) >= 2, 120,
