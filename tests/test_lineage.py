@@ -443,7 +443,8 @@ class TestOutputBasename:
         assert output_basename(None, "0_1") == get_deterministic_hash([], "lineage:0_1")
         assert output_basename(None, "0_1") == "31784966917d"
 
-    @pytest.mark.parametrize("task_id", ["", "r" + "0" * 32, random_task_id()])
+    @pytest.mark.parametrize("task_id", ["", "r" + "0" * 32, random_task_id()],
+                             ids=["empty", "r-zeros", "r-random"])
     def test_none_for_random_and_empty_ids(self, task_id: str) -> None:
         assert output_basename(None, task_id) is None
         assert output_basename([], task_id) is None
