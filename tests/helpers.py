@@ -11,6 +11,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -148,6 +149,27 @@ def wait_for_job(job_id: str, timeout: float = 240, *, interval: float = 1) -> N
     poll_for(gone, timeout, lambda: f"job {job_id} did not finish in {timeout} s; squeue: "
              f"{last[0]}", interval=interval,
              on_timeout=lambda: subprocess.run(["scancel", job_id], check=False))
+
+
+def slow_pipeline(seconds: float, name: str = "slow-demo") -> str:
+    """The source of a pipeline file (``build()``): ``input`` → a stage that sleeps ``seconds``
+    per batch → ``output``, for runs that must be caught while they work."""
+    return textwrap.dedent(f"""
+        import time
+        from dataclasses import dataclass
+        from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+
+        @dataclass
+        class Slow(ProcessingStage):
+            name: str = "slow"
+            def process(self, task):
+                time.sleep({seconds})
+                return task
+
+        def build():
+            return (Pipeline(name={name!r}).add_stage(JsonlReader(file_paths="input"))
+                    .add_stage(Slow()).add_stage(JsonlWriter(path="output")))
+    """)
 
 
 def docs_tool(name: str) -> ModuleType:

@@ -10,26 +10,11 @@ import textwrap
 import pytest
 
 from curator_dask.sample_data import generate_jsonl
-from tests.helpers import cli, completed_ids, poll_for, start_cli
+from tests.helpers import cli, completed_ids, poll_for, slow_pipeline, start_cli
 
 pytestmark = pytest.mark.slow
 
-PIPELINE = textwrap.dedent("""
-    import time
-    from dataclasses import dataclass
-    from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
-
-    @dataclass
-    class Slow(ProcessingStage):
-        name: str = "slow"
-        def process(self, task):
-            time.sleep(0.7)
-            return task
-
-    def build():
-        return (Pipeline(name="drain").add_stage(JsonlReader(file_paths="input"))
-                .add_stage(Slow()).add_stage(JsonlWriter(path="output")))
-""")
+PIPELINE = slow_pipeline(0.7, "drain")
 
 
 def start_job(tmp_path, pipeline: str, job_id: str, *, files: int, seed: int):

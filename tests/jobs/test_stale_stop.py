@@ -6,30 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 import time
 
 import pytest
 
 from curator_dask.sample_data import generate_jsonl
-from tests.helpers import cli, poll_for, start_cli
+from tests.helpers import cli, poll_for, slow_pipeline, start_cli
 
-PIPELINE = textwrap.dedent("""
-    import time
-    from dataclasses import dataclass
-    from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
-
-    @dataclass
-    class Slow(ProcessingStage):
-        name: str = "slow"
-        def process(self, task):
-            time.sleep(0.7)
-            return task
-
-    def build():
-        return (Pipeline(name="stale-stop").add_stage(JsonlReader(file_paths="input"))
-                .add_stage(Slow()).add_stage(JsonlWriter(path="output")))
-""")
+PIPELINE = slow_pipeline(0.7, "stale-stop")
 RUN = ("run", "pipe.py:build", "--workers", "1", "--no-progress")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from curator_dask.sample_data import generate_jsonl
-from tests.helpers import cli, import_path, poll_for, wait_for_job
+from tests.helpers import cli, import_path, poll_for, slow_pipeline, wait_for_job
 from tests.slurm.local_slurm import local_slurm, node_cpus
 
 _reason = local_slurm()
@@ -97,22 +97,7 @@ def test_array_failure_retry_submit_and_union(tmp_path):
     assert files(tmp_path / "output") == files(tmp_path / "single")
 
 
-SLOW_PIPELINE = textwrap.dedent("""
-    import time
-    from dataclasses import dataclass
-    from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
-
-    @dataclass
-    class Slow(ProcessingStage):
-        name: str = "slow"
-        def process(self, task):
-            time.sleep(0.8)
-            return task
-
-    def build():
-        return (Pipeline(name="requeue-test").add_stage(JsonlReader(file_paths="input"))
-                .add_stage(Slow()).add_stage(JsonlWriter(path="output")))
-""")
+SLOW_PIPELINE = slow_pipeline(0.8, "requeue-test")
 
 
 def test_requeued_task_resumes_and_skips_completed_sources(tmp_path):
