@@ -42,6 +42,29 @@ def class_named(obj: object, *names: str) -> bool:
     return any(c.__name__ in names for c in type(obj).__mro__)
 
 
+def is_stage_class(cls: Any) -> bool:
+    """Whether ``cls`` is a ``ProcessingStage`` class of curator_dask or of NeMo Curator.
+
+    NeMo Curator is imported only for a class that comes from it.
+
+    Example:
+        >>> from curator_dask.stages.text.io.writer import JsonlWriter
+        >>> is_stage_class(JsonlWriter), is_stage_class(dict), is_stage_class(len)
+        (True, False, False)
+    """
+    from curator_dask.stages.base import ProcessingStage
+
+    if not isinstance(cls, type):
+        return False
+    if issubclass(cls, ProcessingStage):
+        return True
+    if is_nemo(cls):
+        from nemo_curator.stages.base import ProcessingStage as NemoProcessingStage
+
+        return issubclass(cls, NemoProcessingStage)
+    return False
+
+
 def dask_resources(resources: Any) -> dict[str, float]:
     """The Dask worker resources one task of a stage holds while it runs: ``{"GPU": n}`` for
     a stage that needs GPUs (either model's ``Resources``), else nothing.

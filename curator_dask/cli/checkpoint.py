@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from curator_dask.cli.common import EXIT_OK, UsageError
+from curator_dask.cli.common import EXIT_OK, UsageError, add_hidden_verbose
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     inspect.add_argument("--extensions", metavar="EXT", nargs="+",
                          help="file extensions to include (default: .jsonl .json .parquet)")
     inspect.add_argument("--json", action="store_true", help="print JSON")
-    inspect.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    add_hidden_verbose(inspect)
     inspect.set_defaults(func=cmd_checkpoint_inspect)
 
 

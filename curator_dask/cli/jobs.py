@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from curator_dask.cli.common import EXIT_FAILED, EXIT_OK, PROG, UsageError
+from curator_dask.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    PROG,
+    UsageError,
+    add_hidden_verbose,
+    add_work_dir,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,12 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                             description="Without JOB: a table of the jobs in the work dir. "
                                         "With JOB: its state and per-stage counts.")
     status.add_argument("job", nargs="?", metavar="JOB", help="a job id (resume token)")
-    status.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    add_work_dir(status)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", action="store_true",
                         help="a live table, refreshed every 2 s until the job is no longer "
                              "running")
-    status.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    add_hidden_verbose(status)
     status.set_defaults(func=cmd_status)
 
     stop = sub.add_parser(
@@ -29,11 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "sends SIGTERM (and SIGKILL after --timeout) to the recorded driver, after "
                     "checking its pid and start time.")
     stop.add_argument("job", metavar="JOB", help="the job id")
-    stop.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    add_work_dir(stop)
     stop.add_argument("--force", action="store_true", help="signal the driver if needed")
     stop.add_argument("--timeout", type=float, default=120, metavar="S",
                       help="seconds to wait for the job to stop (default 120)")
-    stop.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    add_hidden_verbose(stop)
     stop.set_defaults(func=cmd_stop)
 
     report = sub.add_parser(
@@ -42,10 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "time, task durations, counts and the event log's warnings, next to Dask's "
                     "performance report for the run when one was recorded.")
     report.add_argument("job", metavar="JOB", help="the job id")
-    report.add_argument("--work-dir", metavar="DIR", help="default: config jobs.work-dir")
+    add_work_dir(report)
     report.add_argument("-o", "--output", metavar="PATH",
                         help="where to write it (default: <job dir>/report.html)")
-    report.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    add_hidden_verbose(report)
     report.set_defaults(func=cmd_report)
 
 

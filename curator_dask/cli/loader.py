@@ -30,9 +30,8 @@ import os
 import sys
 from typing import Any
 
-from curator_dask.models import NEMO_PACKAGE, is_nemo
+from curator_dask.models import NEMO_PACKAGE, is_stage_class
 from curator_dask.pipeline import Pipeline
-from curator_dask.stages.base import ProcessingStage
 
 _TOP_KEYS = {"name", "description", "stages", "config"}
 
@@ -89,27 +88,6 @@ def import_object(path: str, where: str) -> Any:
                f"'curator_dask[nemo]') and curator_dask has no {mirror}.{attr} to use instead")
         raise PipelineDefinitionError(msg)
     raise PipelineDefinitionError(f"{where}: cannot import {path!r}: {error}")
-
-
-def is_stage_class(cls: Any) -> bool:
-    """Whether ``cls`` is a ``ProcessingStage`` class of curator_dask or of NeMo Curator.
-
-    NeMo Curator is imported only for a class that comes from it.
-
-    Example:
-        >>> from curator_dask.stages.text.io.writer import JsonlWriter
-        >>> is_stage_class(JsonlWriter), is_stage_class(dict), is_stage_class(len)
-        (True, False, False)
-    """
-    if not isinstance(cls, type):
-        return False
-    if issubclass(cls, ProcessingStage):
-        return True
-    if is_nemo(cls):
-        from nemo_curator.stages.base import ProcessingStage as NemoProcessingStage
-
-        return issubclass(cls, NemoProcessingStage)
-    return False
 
 
 def _build(value: Any, where: str, stage: bool = False) -> Any:

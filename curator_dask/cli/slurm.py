@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from curator_dask.cli.common import EXIT_OK, UsageError
+from curator_dask.cli.common import EXIT_OK, UsageError, add_hidden_verbose
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="resubmit the missing shards of PIPELINE with sbatch (job options "
                             "below apply)")
     add_job_options(retry)
-    retry.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    add_hidden_verbose(retry)
     # subparser: its own usage line for argparse-style errors
     retry.set_defaults(func=cmd_slurm_retry, subparser=retry)
 
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--minimum-shard-index", type=int, default=0, metavar="M")
     add_job_options(submit)
     submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
-    submit.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+    add_hidden_verbose(submit)
     submit.set_defaults(func=cmd_slurm_submit)
 
 

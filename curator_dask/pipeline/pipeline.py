@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from curator_dask import lineage
 from curator_dask.backends.base import BaseExecutor, RunObserver, RunOptions
-from curator_dask.models import class_named, is_nemo
+from curator_dask.models import class_named, is_stage_class
 from curator_dask.stages.base import ProcessingStage
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class Pipeline:
     def add_stage(self, stage: ProcessingStage) -> Pipeline:
         """Append ``stage`` (curator_dask's or NeMo Curator's); returns the pipeline so calls
         can be chained."""
-        if not is_stage(stage):
+        if not is_stage_class(type(stage)):
             msg = (f"add_stage expects a ProcessingStage (curator_dask's or NeMo Curator's), "
                    f"got {type(stage).__name__}: {stage!r}")
             raise TypeError(msg)
@@ -223,18 +223,6 @@ class Pipeline:
         if shard is not None:
             shard.finish(result)
         return result
-
-
-def is_stage(obj: object) -> bool:
-    """A stage of either model: curator_dask's ``ProcessingStage`` or NeMo Curator's (checked
-    against NeMo's class only for objects that come from NeMo Curator)."""
-    if isinstance(obj, ProcessingStage):
-        return True
-    if not is_nemo(obj):
-        return False
-    from nemo_curator.stages.base import ProcessingStage as NemoStage
-
-    return isinstance(obj, NemoStage)
 
 
 def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:

@@ -83,8 +83,18 @@ def files_of(directory: str | Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(Path(directory).iterdir())}
 
 
+class DataStage(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """A stage over document batches that declares no particular columns (abstract)."""
+
+    def inputs(self):
+        return ["data"], []
+
+    def outputs(self):
+        return ["data"], []
+
+
 @dataclass
-class LifecycleRecorder(ProcessingStage[DocumentBatch, DocumentBatch]):
+class LifecycleRecorder(DataStage):
     """Passes batches through and appends each lifecycle call, with the time, to
     ``<log_dir>/<pid>.log``."""
 
@@ -108,15 +118,9 @@ class LifecycleRecorder(ProcessingStage[DocumentBatch, DocumentBatch]):
         self._note("process")
         return task
 
-    def inputs(self):
-        return ["data"], []
-
-    def outputs(self):
-        return ["data"], []
-
 
 @dataclass
-class CountRows(ProcessingStage[DocumentBatch, DocumentBatch]):
+class CountRows(DataStage):
     """Logs a custom metric (rows seen) with NeMo's ``_log_metrics``, and a loguru line."""
 
     name: str = "count_rows"
@@ -127,28 +131,6 @@ class CountRows(ProcessingStage[DocumentBatch, DocumentBatch]):
         self._log_metrics({"rows_seen": float(task.num_items)})
         logger.info("count_rows saw {} rows of {}", task.num_items, task.task_id)
         return task
-
-    def inputs(self):
-        return ["data"], []
-
-    def outputs(self):
-        return ["data"], []
-
-
-@dataclass
-class FailEverything(ProcessingStage[DocumentBatch, DocumentBatch]):
-    """Every batch becomes a ``FailedTask`` (the source stays incomplete)."""
-
-    name: str = "fail_everything"
-
-    def process(self, task: DocumentBatch) -> FailedTask:
-        return FailedTask()
-
-    def inputs(self):
-        return ["data"], []
-
-    def outputs(self):
-        return ["data"], []
 
 
 # -- the integration pipeline of NeMo Curator's backend tests, with a file call counter --------
@@ -187,7 +169,7 @@ class AddLength(ProcessingStage[DocumentBatch, DocumentBatch]):
 
 
 @dataclass
-class SplitIntoRows(ProcessingStage[DocumentBatch, DocumentBatch]):
+class SplitIntoRows(DataStage):
     """Fan-out: one single-row batch per row (``source_files`` dropped from the metadata)."""
 
     name: str = "split_into_rows"
@@ -203,12 +185,6 @@ class SplitIntoRows(ProcessingStage[DocumentBatch, DocumentBatch]):
                 for _, row in task.to_pandas().iterrows()]
         self._log_metric("split_into_rows_time_s", time.perf_counter() - start + 1e-9)
         return rows
-
-    def inputs(self):
-        return ["data"], []
-
-    def outputs(self):
-        return ["data"], []
 
 
 @dataclass
