@@ -41,12 +41,7 @@ class PipelineDefinitionError(ValueError):
 
 
 def nemo_installed() -> bool:
-    """Whether NeMo Curator can be imported here (looked up, not imported).
-
-    Example:
-        >>> isinstance(nemo_installed(), bool)
-        True
-    """
+    """Whether NeMo Curator can be imported here (looked up, not imported)."""
     try:
         return importlib.util.find_spec(NEMO_PACKAGE) is not None
     except (ImportError, ValueError):  # a broken or blocked installation

@@ -48,9 +48,14 @@ def local_slurm() -> str | None:
     """``None`` when the project's local SLURM is the one answering, else why not (a skip
     reason).
 
-    Example:
+    Example (a configuration file that ``start.sh`` did not write is never used):
+        >>> import os, tempfile
+        >>> conf = os.path.join(tempfile.mkdtemp(), "slurm.conf")
+        >>> _ = open(conf, "w").write("ClusterName=production")
+        >>> old, os.environ["SLURM_CONF"] = os.environ.get("SLURM_CONF"), conf
         >>> reason = local_slurm()
-        >>> reason is None or isinstance(reason, str)
+        >>> _ = os.environ.pop("SLURM_CONF") if old is None else os.environ.update(SLURM_CONF=old)
+        >>> "not written by tools/local-slurm/start.sh" in reason or "not installed" in reason
         True
     """
     missing = [c for c in COMMANDS if shutil.which(c) is None]
