@@ -14,19 +14,21 @@ import threading
 LOGGER = "curator_dask_loguru"  # the stdlib logger that carries workers' loguru records
 _lock = threading.Lock()
 _driver_handler: logging.Handler | None = None
+_bridged = False  # this (worker) process sends loguru's records into stdlib logging
 
 
 def bridge_worker_loguru(level: int = logging.INFO) -> None:
     """In a worker process: loguru's records become stdlib records (idempotent)."""
+    global _bridged
     from loguru import logger
 
     with _lock:
-        if getattr(bridge_worker_loguru, "done", False):
+        if _bridged:
             return
         logger.remove()
         logger.add(_to_stdlib, level=level, format="{message}")
         logging.getLogger(LOGGER).setLevel(level)
-        bridge_worker_loguru.done = True  # type: ignore[attr-defined]
+        _bridged = True
 
 
 def _to_stdlib(message: object) -> None:
