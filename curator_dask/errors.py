@@ -64,6 +64,55 @@ class RunStopped(RuntimeError):
     no new sources were started, completions were flushed; unfinished sources stay pending."""
 
 
+def run_interrupted(message: str) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` a run ends with after Ctrl+C, once it has cancelled its tasks
+    and flushed its checkpoint: ``message`` says how many sources completed and how to resume.
+
+    Uncaught in a script it prints that one line, not a traceback (a ``sys.excepthook``
+    installed here, chained to the one in place; every other exception keeps its usual
+    report), and Python still ends with the SIGINT status (130 in a shell).
+
+    Example:
+        >>> error = run_interrupted("Interrupted (Ctrl+C): 2 of 8 source partitions completed")
+        >>> isinstance(error, KeyboardInterrupt), is_run_interrupted(error)
+        (True, True)
+    """
+    error = KeyboardInterrupt(message)
+    error._curator_dask_run = True  # type: ignore[attr-defined]
+    _quiet_interrupts()
+    return error
+
+
+def is_run_interrupted(error: BaseException) -> bool:
+    """Whether ``error`` is a run's :func:`run_interrupted` (it carries its one-line message)."""
+    return isinstance(error, KeyboardInterrupt) and getattr(error, "_curator_dask_run", False)
+
+
+def _quiet_interrupts() -> None:
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "_curator_dask_quiet", False):
+        return
+
+    def hook(kind, value, tb):  # noqa: ANN001 (sys.excepthook's signature)
+        if is_run_interrupted(value):
+            print(value, file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    hook._curator_dask_quiet = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
 class SchedulerLostError(RuntimeError):
     """The run lost its Dask scheduler (no connection for longer than the grace period):
     completions already recorded are kept; running the job again processes the rest."""
+
+
+class PartitioningChangedError(ValueError):
+    """The source stage groups input files differently from the runs that completed sources in
+    this checkpoint (another ``files_per_partition``, ``blocksize`` or file list): the
+    regrouped files would be processed again and their output written twice. Raised before
+    anything is processed; exit status 2 on the command line
+    (``curator_dask/resumability/partitioning.py``)."""

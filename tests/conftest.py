@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 # Imported up front: CPython 3.11.7 can raise "AST constructor recursion depth mismatch" when
 # a module is compiled while other threads are importing (gh-106905), which happened when
 # hypothesis was first imported at session end while cluster threads were shutting down.
@@ -9,6 +11,22 @@ import pytest
 from curator_dask.sample_data import generate_jsonl
 
 EXECUTOR_DEFAULTS = {"n_workers": 2, "progress": False}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def job_index(tmp_path_factory):
+    """Jobs the tests run (here and in the CLI subprocesses they start) are recorded in a
+    temporary per-user job index, never in the user's own (curator_dask.jobs.index)."""
+    from curator_dask.jobs.index import ENV_VAR
+
+    path = tmp_path_factory.mktemp("job-index") / "jobs.json"
+    old = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop(ENV_VAR, None)
+    else:
+        os.environ[ENV_VAR] = old
 
 
 @pytest.fixture

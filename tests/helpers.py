@@ -1,5 +1,6 @@
-"""Helpers shared by the tests: polling with a deadline, the CLI in a subprocess, the union of
-completed source ids, waiting for a SLURM job, and importing a module from a file path.
+"""Helpers shared by the tests: polling with a deadline, the CLI in a subprocess (or on a
+pseudo-terminal), the union of completed source ids, waiting for a SLURM job, and importing a
+module from a file path.
 
 The ``executor`` fixture lives in ``tests/conftest.py``; the check that the SLURM answering is
 the project's own local one lives in ``tests/slurm/local_slurm.py``.
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -109,6 +110,52 @@ def start_cli(*args: str, cwd: str | Path | None = None, env: Mapping[str, str] 
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen([*CLI, *args], cwd=cwd, text=True, env=cli_env(env), **popen)
+
+
+def in_terminal(argv: Sequence[str], cwd: str | Path, *, timeout: float = 120,
+                when: Callable[[], bool] | None = None,
+                then: Callable[[int], Any] | None = None) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal (120 columns), as a person at a terminal would:
+    the process leads its own process group, like a shell's foreground job, so
+    ``os.killpg(pid, SIGINT)`` in ``then`` is what Ctrl+C does (the children get it too).
+    ``then(pid)`` is called once, as soon as ``when()`` holds. Returns ``(wait status,
+    output)``, the output with carriage returns as line breaks and escape sequences removed.
+    """
+    import fcntl
+    import pty
+    import re
+    import select
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its own session and process group, on the terminal
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], list(argv), cli_env())
+        finally:
+            os._exit(127)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    out, called, deadline = bytearray(), False, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not called and when is not None and when():
+            called = True
+            then(pid)
+        if not select.select([fd], [], [], 0.1)[0]:
+            continue
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # EIO: the terminal's other side closed (the process ended)
+            break
+        if not data:
+            break
+        out += data
+    else:
+        os.kill(pid, 9)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", out.decode(errors="replace"))
+    return status, text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def import_path(path: str | Path, name: str | None = None) -> ModuleType:

@@ -34,6 +34,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     inspect.set_defaults(func=cmd_checkpoint_inspect)
 
 
+def check_checkpoint_path(path: str) -> None:
+    """Refuse (``UsageError``, exit 2) a checkpoint path that does not exist, is a file, or is
+    the metadata folder inside a checkpoint rather than the checkpoint itself.
+
+    Example:
+        >>> try:
+        ...     check_checkpoint_path("/no/such/checkpoint")
+        ... except UsageError as exc:
+        ...     print(str(exc).split(":")[0])
+        no checkpoint at /no/such/checkpoint
+    """
+    import fsspec
+
+    from curator_dask.resumability.layout import METADATA_DIRNAME
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if not fs.exists(root):
+        raise UsageError(f"no checkpoint at {path}: the path does not exist (give the "
+                         "checkpoint_path of the runs)")
+    if not fs.isdir(root):
+        raise UsageError(f"{path} is a file, not a checkpoint folder (give the checkpoint_path "
+                         "of the runs)")
+    if root.rstrip(fs.sep).rsplit(fs.sep, 1)[-1] == METADATA_DIRNAME:
+        raise UsageError(f"{path} is the metadata folder inside a checkpoint; give the "
+                         "checkpoint folder above it")
+
+
 def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
     """Print (or, with ``--json``, dump) the checkpoint's writer files and completed sources."""
     import json
@@ -42,16 +69,21 @@ def cmd_checkpoint_inspect(args: argparse.Namespace) -> int:
 
     if args.files_per_partition is not None and args.blocksize is not None:
         raise UsageError("--files-per-partition and --blocksize are exclusive (as in readers)")
+    check_checkpoint_path(args.path)
     report = inspect_checkpoint(args.path)
     if args.input:
-        map_partitions(report, args.input, files_per_partition=args.files_per_partition,
-                       blocksize=args.blocksize, file_extensions=args.extensions)
+        try:
+            map_partitions(report, args.input, files_per_partition=args.files_per_partition,
+                           blocksize=args.blocksize, file_extensions=args.extensions)
+        except FileNotFoundError as exc:  # NoInputFilesError: the path or glob has no inputs
+            raise UsageError(f"--input {args.input}: {str(exc).split(';')[0]}") from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return EXIT_OK
     print(f"checkpoint: {report.checkpoint}")
     print(f"metadata:   {report.metadata_dir}")
-    print(f"writer files: {len(report.writers)}")
+    print(f"writer files: {len(report.writers)}" + ("" if report.writers else
+          " (no run has recorded a completion in this checkpoint yet)"))
     for w in report.writers:
         state = f"{w.completed} completed" if w.error is None else (
             f"UNREADABLE ({'damaged: ' if w.damaged else ''}{w.error})")

@@ -17,37 +17,52 @@ from curator_dask.cli.common import (
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``status``, ``stop`` and ``report`` parsers to the top-level subparsers."""
-    status = sub.add_parser("status", help="show jobs, or one job's progress",
-                            description="Without JOB: a table of the jobs in the work dir. "
-                                        "With JOB: its state and per-stage counts.")
+    status = sub.add_parser(
+        "status", help="show jobs, or one job's progress",
+        description="Without JOB: a table of the jobs in the work dir and of the jobs in the "
+                    "per-user job index (every job is recorded there when it starts, so this "
+                    "works from any directory), each with its folder. With JOB: its state and "
+                    "per-stage counts; JOB is looked up in the work dir, then in the index. The "
+                    "index is $CURATOR_DASK_JOB_INDEX, default "
+                    "$XDG_STATE_HOME/curator_dask/jobs.json (~/.local/state/...).")
     status.add_argument("job", nargs="?", metavar="JOB", help="a job id (resume token)")
     add_work_dir(status)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", action="store_true",
-                        help="a live table, refreshed every 2 s until the job is no longer "
-                             "running")
+                        help="refresh every 2 s: with JOB until the job is no longer running, "
+                             "without JOB (the jobs table) until Ctrl+C")
     add_hidden_verbose(status)
     status.set_defaults(func=cmd_status)
 
     stop = sub.add_parser(
         "stop", help="stop a running job",
-        description="Cooperative by default: the driver starts no new sources, lets running "
-                    "ones finish, flushes completions and ends in state 'stopped'. --force then "
-                    "sends SIGTERM (and SIGKILL after --timeout) to the recorded driver, after "
-                    "checking its pid and start time.")
+        description="Leaves a stop request in the job folder for the running attempt; its "
+                    "driver notices it within half a second, starts no new sources, lets "
+                    "running ones finish (config execution.drain-timeout), flushes completions "
+                    "and ends in state 'stopped'. Waits up to --timeout for that. JOB is looked "
+                    "up in the work dir, then in the per-user job index.")
     stop.add_argument("job", metavar="JOB", help="the job id")
     add_work_dir(stop)
-    stop.add_argument("--force", action="store_true", help="signal the driver if needed")
+    stop.add_argument("--force", action="store_true",
+                      help="if the job still runs after 5 s (or --timeout, if shorter), cancel "
+                           "the run's Dask tasks on its scheduler and wait up to --timeout; if "
+                           "the driver still runs (or the scheduler cannot be reached, as with "
+                           "TLS), send it SIGTERM, and SIGKILL if it still runs --timeout "
+                           "later; signals go only to the recorded driver, on its host, after "
+                           "checking its pid and start time")
     stop.add_argument("--timeout", type=float, default=120, metavar="S",
-                      help="seconds to wait for the job to stop (default 120)")
+                      help="seconds to wait for the job to stop (default 120); with --force, "
+                           "also the wait after cancelling and after SIGTERM")
     add_hidden_verbose(stop)
     stop.set_defaults(func=cmd_stop)
 
     report = sub.add_parser(
         "report", help="write a job's HTML report",
-        description="Write a self-contained HTML report of a job: per-stage throughput over "
-                    "time, task durations, counts and the event log's warnings, next to Dask's "
-                    "performance report for the run when one was recorded.")
+        description="Write a self-contained HTML report of a job: the error of a failed "
+                    "attempt, per-stage counts, rows processed over time per fusion group, task "
+                    "durations and the event log's warnings, next to Dask's performance report "
+                    "for the run when one was recorded. JOB is looked up in the work dir, then "
+                    "in the per-user job index.")
     report.add_argument("job", metavar="JOB", help="the job id")
     add_work_dir(report)
     report.add_argument("-o", "--output", metavar="PATH",
@@ -77,10 +92,52 @@ def job_kwargs(args: argparse.Namespace) -> dict:
         kept.append(token)
     from curator_dask import config
 
-    return {"work_dir": args.work_dir or config.get("jobs.work-dir"), "job_id": args.job_id,
+    work_dir = args.work_dir or config.get("jobs.work-dir")
+    check_job_ids(work_dir, args.job_id, args.resume)
+    return {"work_dir": work_dir, "job_id": args.job_id,
             "resume": args.resume,
             "verify_content": args.verify_content,
             "command": f"{PROG} " + shlex.join(kept)}
+
+
+def check_job_ids(work_dir: str, job_id: str | None, resume: str | None) -> None:
+    """Refuse (``UsageError``, exit 2) a malformed ``--job-id``/``--resume`` token, the two
+    naming different jobs, and a ``--resume`` token with no job in ``work_dir``: the message
+    names the token, the folder looked in and the jobs found there."""
+    import os
+
+    from curator_dask.jobs.job import CONFIG_FILE, JobDirectory, validate_job_id
+
+    for option, token in (("--job-id", job_id), ("--resume", resume)):
+        if token is not None:
+            try:
+                validate_job_id(token)
+            except ValueError as exc:
+                raise UsageError(f"{option}: {exc}") from None
+    if job_id is not None and resume is not None and job_id != resume:
+        raise UsageError(f"--job-id {job_id!r} and --resume {resume!r} disagree; give one")
+    if resume is None or JobDirectory(work_dir, resume).exists():
+        return
+    from curator_dask.jobs.index import find_job, index_path
+
+    folder = os.path.abspath(work_dir)
+    looked = os.path.join(folder, resume, CONFIG_FILE)
+    elsewhere = find_job(resume, work_dir)
+    if elsewhere:  # the per-user job index knows it: a resume runs in its work dir
+        raise UsageError(f"--resume {resume}: no job {resume!r} in {folder} (looked for "
+                         f"{looked}); the job index {index_path()} has it in {elsewhere[0]}: "
+                         f"add --work-dir {os.path.dirname(elsewhere[0])}")
+    if not os.path.isdir(folder):
+        hint = "that folder does not exist; give --work-dir where the job ran"
+    else:
+        jobs = sorted(n for n in os.listdir(folder)
+                      if os.path.isfile(os.path.join(folder, n, CONFIG_FILE)))
+        shown = ", ".join(jobs[-5:]) + (f" (and {len(jobs) - 5} more)" if len(jobs) > 5 else "")
+        hint = (f"jobs there: {shown}" if jobs else "there are no jobs there") + (
+            f" ({PROG} status --work-dir {folder} lists them)" if jobs else
+            "; give --work-dir where the job ran")
+    raise UsageError(f"--resume {resume}: no job {resume!r} in {folder} (looked for "
+                     f"{looked}, and in the job index {index_path()}); {hint}")
 
 
 def _job_state(summary: dict) -> str:
@@ -97,65 +154,133 @@ def _job_state(summary: dict) -> str:
     return state
 
 
+def resolve_job(work_dir: str, job: str) -> str:
+    """The folder of job ``job``: ``<work_dir>/<job>``, else the per-user job index's; a
+    :class:`UsageError` says where it looked when there is none, and lists the folders when the
+    index has several jobs of that id."""
+    import os
+
+    from curator_dask.jobs.index import find_job, index_path
+
+    found = find_job(job, work_dir)
+    if not found:
+        raise UsageError(f"no job {job!r} in {os.path.abspath(work_dir)} or in the job index "
+                         f"{index_path()} (give --work-dir where the job ran)")
+    if len(found) > 1:
+        raise UsageError(f"job {job!r} is in several folders: {', '.join(found)}; give "
+                         "--work-dir (the folder above the job's)")
+    return found[0]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    """Without a job: the table of jobs. With one: its state and stages (``--watch``: live)."""
+    """Without a job: the table of jobs (``--watch``: until Ctrl+C). With one: its state and
+    stages (``--watch``: live until it ends)."""
     from curator_dask import config
 
     work_dir = args.work_dir or config.get("jobs.work-dir")
     if args.job is None:
-        return _status_all(work_dir, as_json=args.json)
-    return _status_one(work_dir, args.job, as_json=args.json, watch=args.watch)
+        try:
+            return _status_all(work_dir, as_json=args.json, watch=args.watch)
+        except KeyboardInterrupt:  # the way out of --watch
+            return EXIT_OK
+    return _status_one(resolve_job(work_dir, args.job), args.job, as_json=args.json,
+                       watch=args.watch)
 
 
-def _status_all(work_dir: str, *, as_json: bool) -> int:
-    import json
+def job_rows(work_dir: str) -> list[dict]:
+    """Every job's summary (state checked, ``job_dir`` added): those in ``work_dir``, then the
+    per-user index's that are elsewhere; oldest first."""
     import os
 
+    from curator_dask.jobs.index import indexed_jobs
     from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
+    folder = os.path.abspath(work_dir)
+    dirs = [os.path.join(folder, n) for n in sorted(os.listdir(folder))] if os.path.isdir(
+        folder) else []
+    dirs += [e["path"] for e in indexed_jobs()]
     rows = []
-    names = sorted(os.listdir(work_dir)) if os.path.isdir(work_dir) else []
-    for name in names:
-        summary = read_summary(os.path.join(work_dir, name, SUMMARY_FILE))
-        if summary is not None:
-            rows.append({**summary, "state": _job_state(summary)})
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return EXIT_OK
-    if not rows:
-        print(f"no jobs in {work_dir}")
-        return EXIT_OK
-    from rich.console import Console
+    for path in dict.fromkeys(dirs):
+        summary = read_summary(os.path.join(path, SUMMARY_FILE))
+        if isinstance(summary, dict) and summary.get("job_id"):
+            rows.append({**summary, "state": _job_state(summary), "job_dir": path})
+    return sorted(rows, key=lambda r: str(r.get("started") or ""))
+
+
+def _jobs_table(rows: list[dict]) -> object:
     from rich.table import Table
 
     table = Table(show_edge=False, header_style="bold")
     for column in ("job", "state", "started", "ended", "sources", "skipped", "completed",
-                   "failed"):
-        table.add_column(column, justify="left" if column in ("job", "state") else "right")
+                   "failed", "folder"):
+        folds = column in ("job", "folder")  # a job id or folder is never cut short
+        table.add_column(column, justify="right" if column in (
+            "sources", "skipped", "completed", "failed") else "left",
+            overflow="fold" if folds else "ellipsis", no_wrap=not folds)
     for r in rows:
         src = r.get("sources") or {}
         table.add_row(r["job_id"], r["state"], str(r.get("started", "")),
                       str(r.get("ended") or ""),
                       *(str(src.get(k, "")) for k in ("total", "skipped", "completed",
-                                                      "failed")))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
-    return EXIT_OK
+                                                      "failed")), r["job_dir"])
+    return table
 
 
-def _status_one(work_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
+def _status_all(work_dir: str, *, as_json: bool, watch: bool) -> int:
+    """The jobs table (or JSON) once, or with ``watch`` every 2 s until Ctrl+C: in place on a
+    terminal; piped, one timestamped table (or one JSON line) per refresh."""
+    import json
+    import os
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from curator_dask.jobs.index import index_path
+
+    def shown() -> object:
+        rows = job_rows(work_dir)
+        if as_json:
+            return json.dumps(rows, indent=None if watch else 2)
+        if not rows:
+            return (f"no jobs in {os.path.abspath(work_dir)} or in the job index "
+                    f"{index_path()}")
+        return _jobs_table(rows)
+
+    console = Console(width=None if sys.stdout.isatty() else 400)  # piped: folders in full
+    if watch and not as_json and console.is_terminal:
+        with Live(shown(), console=console, refresh_per_second=2) as live:
+            while True:
+                time.sleep(2)
+                live.update(shown())
+    while True:
+        if as_json:
+            print(shown(), flush=True)
+        else:
+            if watch:
+                console.print(f"jobs at {time.strftime('%H:%M:%S')} (Ctrl+C to stop):")
+            console.print(shown())
+            sys.stdout.flush()
+        if not watch:
+            return EXIT_OK
+        time.sleep(2)
+
+
+def _status_one(job_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
     import json
     import os
     import time
 
     from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
-    path = os.path.join(work_dir, job, SUMMARY_FILE)
+    path = os.path.join(job_dir, SUMMARY_FILE)
 
     def load() -> dict:
         summary = read_summary(path)
         if summary is None:
-            raise UsageError(f"no job {job!r} in {work_dir}")
+            raise UsageError(f"job {job!r} in {job_dir} has no summary (yet)")
         summary["state"] = _job_state(summary)
+        summary["job_dir"] = job_dir
         return summary
 
     summary = load()
@@ -201,10 +326,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     )
     from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
-    job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
+    job_dir = resolve_job(args.work_dir or config.get("jobs.work-dir"), args.job)
     summary = read_summary(os.path.join(job_dir, SUMMARY_FILE))
     if summary is None:
-        raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
+        raise UsageError(f"job {args.job!r} in {job_dir} has no summary (yet)")
     if summary.get("state") != "running":
         print(f"job {args.job} is not running (state: {summary.get('state')})")
         return EXIT_OK
@@ -241,9 +366,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from curator_dask import config
     from curator_dask.jobs.report import write_report
 
-    job_dir = os.path.join(args.work_dir or config.get("jobs.work-dir"), args.job)
+    job_dir = resolve_job(args.work_dir or config.get("jobs.work-dir"), args.job)
     if not os.path.isfile(os.path.join(job_dir, "events.jsonl")):
-        raise UsageError(f"no job {args.job!r} in {os.path.dirname(job_dir)}")
+        raise UsageError(f"job {args.job!r} in {job_dir} has no event log")
     try:
         path = write_report(job_dir, args.output)
     except ImportError as exc:

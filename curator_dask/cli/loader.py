@@ -28,9 +28,10 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from typing import Any
 
-from curator_dask.models import NEMO_PACKAGE, is_stage_class
+from curator_dask.models import NEMO_PACKAGE, is_nemo, is_stage_class
 from curator_dask.pipeline import Pipeline
 
 _TOP_KEYS = {"name", "description", "stages", "config"}
@@ -184,9 +185,52 @@ def _load_module_from_file(path: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     before = set(sys.modules)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 (any error while importing is a definition error)
+        sys.modules.pop(name, None)
+        raise definition_error(exc, path, "importing the pipeline file") from None
     ship_by_value([name, *(set(sys.modules) - before)], folder)
     return module
+
+
+def _where(exc: BaseException, path: str | None) -> str:
+    """``file, line N`` of the innermost traceback frame in ``path`` (else in any file
+    outside Python's import machinery); ``exc``'s own location for a ``SyntaxError``."""
+    if isinstance(exc, SyntaxError):
+        same = path and exc.filename and os.path.realpath(exc.filename) == os.path.realpath(path)
+        return f"{path if same else exc.filename or path}, line {exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<frozen ")]
+    own = [f for f in frames if path and os.path.realpath(f.filename) == os.path.realpath(path)]
+    frame = (own or frames or [None])[-1]
+    if frame is None:
+        return path or "?"
+    where = f"{frame.filename if not own else path}, line {frame.lineno}"
+    if own and frames[-1] is not own[-1]:  # raised further in, e.g. in a module it imports
+        where += f" (raised in {frames[-1].filename}, line {frames[-1].lineno})"
+    return where
+
+
+def definition_error(exc: BaseException, path: str | None, doing: str
+                     ) -> PipelineDefinitionError:
+    """A one-line :class:`PipelineDefinitionError` for an exception raised while importing a
+    pipeline file or module or calling its function: the file and line, then the error.
+
+    Example:
+        >>> try:
+        ...     compile("def build(:\\n", "p.py", "exec")
+        ... except SyntaxError as exc:
+        ...     print(definition_error(exc, "p.py", "importing it"))
+        p.py, line 1: SyntaxError: invalid syntax: def build(: (while importing it)
+    """
+    if isinstance(exc, SyntaxError):
+        text = (exc.text or "").strip()
+        detail = f"{type(exc).__name__}: {exc.msg}" + (f": {text}" if text else "")
+    else:
+        first = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
+    return PipelineDefinitionError(f"{_where(exc, path)}: {detail} (while {doing})")
 
 
 def ship_by_value(names: list[str], folder: str) -> list[str]:
@@ -218,6 +262,16 @@ def ship_by_value(names: list[str], folder: str) -> list[str]:
     return shipped
 
 
+def _import_module(reference: str, target: str) -> Any:
+    """Import the module ``target`` of ``module:function``; any error is a definition error."""
+    try:
+        return importlib.import_module(target)
+    except ImportError as exc:
+        raise PipelineDefinitionError(f"{reference}: cannot import {target!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 (a syntax error or an error raised while importing)
+        raise definition_error(exc, None, f"importing {target!r}") from None
+
+
 def load_pipeline(reference: str) -> Pipeline:
     """A ``Pipeline`` from ``pipeline.yaml``, ``file.py:function`` or ``module:function``."""
     if reference.endswith((".yaml", ".yml")):
@@ -232,14 +286,21 @@ def load_pipeline(reference: str) -> Pipeline:
             raise PipelineDefinitionError(f"{target}: no such file")
         module = _load_module_from_file(target)
     else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as exc:
-            raise PipelineDefinitionError(f"{reference}: cannot import {target!r}: {exc}") from None
+        module = _import_module(reference, target)
     func = getattr(module, func_name, None)
     if not callable(func):
         raise PipelineDefinitionError(f"{reference}: {target} has no function {func_name!r}")
-    pipeline = func()
+    try:
+        pipeline = func()
+    except PipelineDefinitionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (the function could not build the pipeline)
+        file = target if target.endswith(".py") else getattr(module, "__file__", None)
+        raise definition_error(exc, file, f"calling {func_name}()") from None
+    if is_nemo(pipeline) and type(pipeline).__name__ == "Pipeline":
+        # NeMo Curator's own Pipeline: its stages, run by ours on the same executor
+        return Pipeline(name=pipeline.name, description=pipeline.description,
+                        stages=list(pipeline.stages), config=dict(pipeline.config or {}))
     if not isinstance(pipeline, Pipeline):
         raise PipelineDefinitionError(
             f"{reference}: {func_name}() returned {type(pipeline).__name__}, not a Pipeline"

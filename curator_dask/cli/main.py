@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 the pipeline failed, 2 usage or configuration error, 3 stopped by
 SIGUSR1/SIGTERM after draining (unfinished sources stay pending), 4 the Dask scheduler was lost
-(completions already recorded are kept), 130 interrupted.
+(completions already recorded are kept), 130 interrupted; docs/guarantees.md "Exit codes" says
+when each command returns which.
 Only argparse is imported at module level, so ``--help`` answers at once. Each command module
 adds its own parsers (``register``) and names its handler (``func``).
 """
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, NotImplementedError) as exc:
         print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a RunInterrupted says what completed and what next
+        print(f"{parser.prog} {args.command}: {exc or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 (the CLI reports every failure the same way)
         if args.verbose:

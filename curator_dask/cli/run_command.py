@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from curator_dask.cli.common import (
@@ -83,15 +84,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _print_summary(result) -> None:
     """Print the per-stage counts table, the totals and the job id of a finished run."""
-    rows = result.counts_table()
-    if not rows:
+    import textwrap
+
+    from curator_dask.backends.dask.result import COUNTS_LEGEND
+
+    table = result.counts_table()
+    if not table:
         return
-    width = max(len(r["stage"]) for r in rows)
-    print(f"{'stage':<{width}}  {'tasks in':>9} {'tasks out':>9} {'items in':>10} "
-          f"{'items out':>10} {'seconds':>8}")
-    for r in rows:
-        print(f"{r['stage']:<{width}}  {r['tasks_in']:>9} {r['tasks_out']:>9} "
-              f"{r['items_in']:>10} {r['items_out']:>10} {r['seconds']:>8.2f}")
+    print(table)
+    print(textwrap.fill(f"({COUNTS_LEGEND})", width=100))
     print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
     if result.job_id:
         print(f"job {result.job_id}")
@@ -184,6 +185,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--jobs needs --cluster slurm")
     if args.cluster in ("slurm", "slurm-runner") and args.address:
         raise UsageError("--cluster slurm starts its own scheduler; drop --address")
+    if args.cluster in ("slurm", "slurm-runner") and not importlib.util.find_spec("dask_jobqueue"):
+        raise UsageError(f"--cluster {args.cluster} needs dask-jobqueue: pip install "
+                         "'curator_dask[slurm]'")
     if args.address and (args.workers or args.threads_per_worker):
         raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
                          "they cannot be combined with --address")
@@ -191,9 +195,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipeline = load_pipeline(args.pipeline)
     except PipelineDefinitionError as exc:
         raise UsageError(str(exc)) from None
+    run_kwargs = {**job_kwargs(args), **checkpoint_kwargs(args)}  # usage errors before a cluster
     executor = _executor(args)
     _drain_on_signals(executor)
-    from curator_dask.errors import RunStopped, SchedulerLostError
+    from curator_dask.errors import PartitioningChangedError, RunStopped, SchedulerLostError
     from curator_dask.jobs.job import ResumeMismatchError
     from curator_dask.resumability.input_check import InputChangedError
 
@@ -204,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         executor.start()
     try:
         result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path,
-                              **job_kwargs(args), **checkpoint_kwargs(args))
+                              **run_kwargs)
     except RunStopped as exc:
         print(f"{PROG} run: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
@@ -212,7 +217,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{PROG} run: failed: {exc}; completions already recorded are kept, run again "
               "to process the rest", file=sys.stderr)
         return EXIT_SCHEDULER_LOST
-    except (ResumeMismatchError, FileExistsError, InputChangedError) as exc:
+    except (ResumeMismatchError, FileExistsError, InputChangedError,
+            PartitioningChangedError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         executor.close()

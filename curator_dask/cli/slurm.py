@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from curator_dask.cli.common import EXIT_OK, UsageError, add_hidden_verbose
+from curator_dask.cli.common import EXIT_OK, PROG, UsageError, add_hidden_verbose
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     retry.add_argument("--checkpoint-path", required=True, help="the array run's checkpoint")
-    retry.add_argument("--format", choices=["array", "fields"], default="array")
+    retry.add_argument("--format", choices=["array", "fields"], default="array",
+                       help="array: one sbatch --array expression per line, e.g. 2,5-7 "
+                            "(default); fields: 'ARRAY OFFSET MINIMUM TOTAL' per line, the "
+                            "--array expression, SHARD_INDEX_OFFSET, MINIMUM_SHARD_INDEX and "
+                            "TOTAL_SHARDS to resubmit with")
     retry.add_argument("--max-array-size", type=int, default=None, metavar="N",
                        help="split into windows below the cluster's MaxArraySize")
     retry.add_argument("--submit", metavar="PIPELINE",
@@ -48,9 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="logical shard count (default: the array's task count)")
     submit.add_argument("--shard-index-offset", type=int, default=0, metavar="K",
                         help="added to SLURM_ARRAY_TASK_ID (windows over MaxArraySize)")
-    submit.add_argument("--minimum-shard-index", type=int, default=0, metavar="M")
+    submit.add_argument("--minimum-shard-index", type=int, default=0, metavar="M",
+                        help="the lowest shard index of the logical run, recorded in its "
+                             "run.json (MINIMUM_SHARD_INDEX); shard indices count from M "
+                             "(default 0)")
     add_job_options(submit)
-    submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    submit.add_argument("--dry-run", action="store_true",
+                        help="print the script; submit nothing and ask SLURM nothing")
     add_hidden_verbose(submit)
     submit.set_defaults(func=cmd_slurm_submit)
 
@@ -59,31 +68,104 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     """The sbatch options shared by ``slurm submit`` and ``slurm retry --submit``."""
     p.add_argument("--partition", help="SLURM partition")
     p.add_argument("--time", default="01:00:00", help="time limit (default 01:00:00)")
-    p.add_argument("--cpus-per-task", type=int, default=16, help="CPUs per array task")
+    p.add_argument("--cpus-per-task", type=int, metavar="N",
+                   help="CPUs per array task (default: 16, or the CPUs of the partition's "
+                        "largest node when it has fewer, said on stderr; 16 with --no-check "
+                        "or --dry-run)")
     p.add_argument("--mem", help="memory per node, e.g. 32G")
     p.add_argument("--nodes", type=int, default=1, help="nodes per array task")
     p.add_argument("--requeue", action="store_true", help="let SLURM requeue preempted tasks")
-    p.add_argument("--job-name", default="curator-array")
+    p.add_argument("--job-name", default="curator-array",
+                   help="SLURM job name, shown by squeue (default curator-array)")
     p.add_argument("--output", default="array_%A_%a.log", help="log file pattern")
     p.add_argument("--signal-grace", type=int, default=120, metavar="S",
                    help="seconds before the time limit at which SLURM sends USR1 (drain)")
     p.add_argument("--dask-runner-tasks", type=int, metavar="N",
                    help="run each array task as one srun step of N tasks (N >= 3; for several "
                         "nodes): scheduler, driver and N-2 Dask workers (SLURMRunner)")
+    p.add_argument("--no-check", action="store_true",
+                   help="submit without checking the request against the partition (sinfo, "
+                        "sbatch --test-only), for sites where those are unavailable")
 
 
-def _job_spec(args: argparse.Namespace, pipeline: str, **shards: object):
+def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int, **shards: object):
+    """The validated ``ArrayJobSpec`` of the job options (``ValueError`` names a bad one)."""
     import os
 
     from curator_dask.slurm.sbatch import ArrayJobSpec
 
     return ArrayJobSpec(
         pipeline=pipeline, checkpoint_path=os.path.abspath(args.checkpoint_path),
-        partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task,
+        partition=args.partition, time=args.time, cpus_per_task=cpus_per_task,
         mem=args.mem, nodes=args.nodes, requeue=args.requeue, job_name=args.job_name,
         output=args.output, signal_grace=args.signal_grace,
         dask_runner_tasks=args.dask_runner_tasks, **shards,
+    ).validate()
+
+
+def _check_pipeline_file(pipeline: str) -> None:
+    """Refuse a pipeline file that does not exist here: every array task ``cd``s to this
+    directory and would fail to load it."""
+    import os
+
+    path = pipeline if pipeline.endswith((".yaml", ".yml")) else pipeline.rpartition(":")[0]
+    if path.endswith((".yaml", ".yml", ".py")) and not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file (the array tasks run in {os.getcwd()} and "
+                         "load the pipeline from there)")
+
+
+def _fitted_cpus(args: argparse.Namespace, command: str) -> int:
+    """``--cpus-per-task``, or a default that fits the partition (said on stderr); refuses a
+    request no node of the partition can hold. Asks ``sinfo`` unless ``--no-check``."""
+    import os
+
+    from curator_dask.slurm.partition import (
+        DEFAULT_CPUS_PER_TASK,
+        RequestRefused,
+        SlurmQueryError,
+        check_fits,
+        default_cpus_per_task,
+        partition_nodes,
     )
+
+    cpus = args.cpus_per_task
+    if args.no_check:
+        return DEFAULT_CPUS_PER_TASK if cpus is None else cpus
+    try:
+        part = partition_nodes(args.partition)
+        if cpus is None:
+            cpus = default_cpus_per_task(part, args.nodes, args.dask_runner_tasks)
+        if not os.environ.get("SBATCH_OVERCOMMIT"):  # --overcommit: tasks may share CPUs
+            check_fits(part, cpus, args.nodes, args.dask_runner_tasks)
+    except RequestRefused as exc:
+        raise UsageError(f"the request cannot run: {exc}") from None
+    except SlurmQueryError as exc:
+        msg = f"cannot check the request against the partition: {exc} (--no-check skips it)"
+        raise SlurmQueryError(msg) from None
+    if args.cpus_per_task is None:
+        print(f"{PROG} slurm {command}: --cpus-per-task not given: asking for {cpus} CPUs per "
+              f"task (the largest node of partition {part.name} has {part.max_cpus}; at most "
+              f"{DEFAULT_CPUS_PER_TASK} by default)", file=sys.stderr)
+    return cpus
+
+
+def _check_with_sbatch(args: argparse.Namespace, spec) -> None:
+    """``sbatch --test-only`` on the rendered script (nothing is queued); its refusal is a
+    usage error naming the request."""
+    from curator_dask.slurm.partition import sbatch_test_only
+    from curator_dask.slurm.sbatch import render_array_script
+
+    if args.no_check:
+        return
+    reason = sbatch_test_only(render_array_script(spec))
+    if reason is None:
+        return
+    request = ", ".join(f"{opt} {value}" for opt, value in (
+        ("--partition", spec.partition or "(the default)"), ("--nodes", spec.nodes),
+        ("--cpus-per-task", spec.cpus_per_task), ("--dask-runner-tasks", spec.dask_runner_tasks),
+        ("--mem", spec.mem), ("--time", spec.time)) if value is not None)
+    raise UsageError(f"sbatch --test-only refused the request ({request}): {reason}; change "
+                     "those options (--no-check submits without asking)")
 
 
 def cmd_slurm_retry(args: argparse.Namespace) -> int:
@@ -93,6 +175,7 @@ def cmd_slurm_retry(args: argparse.Namespace) -> int:
         find_slurm_array_retries,
         format_slurm_array_indices,
     )
+    from curator_dask.slurm.sbatch import render_array_script, submit_script
 
     parser: argparse.ArgumentParser = args.subparser
     if args.max_array_size is not None and args.max_array_size <= 0:
@@ -104,14 +187,23 @@ def cmd_slurm_retry(args: argparse.Namespace) -> int:
     if plan is None:
         parser.error("Slurm array run configuration was not found. Use the same checkpoint "
                      "path as the original array run.")
-    for submission in build_slurm_array_retry_submissions(plan, args.max_array_size):
+    submissions = build_slurm_array_retry_submissions(plan, args.max_array_size)
+    cpus = None
+    for submission in submissions:
         expr = format_slurm_array_indices(submission.array_indices)
         if args.submit:
-            from curator_dask.slurm.sbatch import render_array_script, submit_script
-
-            spec = _job_spec(args, args.submit, array=expr, total_shards=plan.total_shards,
-                             shard_index_offset=submission.shard_index_offset,
-                             minimum_shard_index=plan.minimum_shard_index)
+            if cpus is None:  # checked once: every window asks for the same resources
+                _check_pipeline_file(args.submit)
+                cpus = _fitted_cpus(args, "retry")
+            try:
+                spec = _job_spec(args, args.submit, cpus, array=expr,
+                                 total_shards=plan.total_shards,
+                                 shard_index_offset=submission.shard_index_offset,
+                                 minimum_shard_index=plan.minimum_shard_index)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if submission is submissions[0]:
+                _check_with_sbatch(args, spec)
             job_id = submit_script(render_array_script(spec))
             print(f"submitted {expr} (offset {submission.shard_index_offset}) as job {job_id}")
         elif args.format == "array":
@@ -123,18 +215,31 @@ def cmd_slurm_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_slurm_submit(args: argparse.Namespace) -> int:
-    """Render the array script and submit it (``--dry-run``: print it)."""
+    """Check the request against the partition, render the array script and submit it.
+
+    ``--dry-run`` prints the script and asks SLURM nothing (16 CPUs per task unless
+    ``--cpus-per-task`` says otherwise); ``--no-check`` submits without asking.
+    """
+    from curator_dask.slurm.partition import DEFAULT_CPUS_PER_TASK
     from curator_dask.slurm.sbatch import render_array_script, submit_script
 
+    shards = {"array": args.array, "total_shards": args.total_shards,
+              "shard_index_offset": args.shard_index_offset,
+              "minimum_shard_index": args.minimum_shard_index}
+    cpus = DEFAULT_CPUS_PER_TASK if args.cpus_per_task is None else args.cpus_per_task
     try:
-        spec = _job_spec(args, args.pipeline, array=args.array, total_shards=args.total_shards,
-                         shard_index_offset=args.shard_index_offset,
-                         minimum_shard_index=args.minimum_shard_index)
-        script = render_array_script(spec)
+        spec = _job_spec(args, args.pipeline, cpus, **shards)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.dry_run:
-        print(script, end="")
+        if args.cpus_per_task is None:
+            print(f"{PROG} slurm submit: --dry-run asks SLURM nothing: {spec.cpus_per_task} CPUs "
+                  "per task (a submission fits the default to the partition's nodes)",
+                  file=sys.stderr)
+        print(render_array_script(spec), end="")
         return EXIT_OK
-    print(submit_script(script))
+    _check_pipeline_file(args.pipeline)
+    spec = _job_spec(args, args.pipeline, _fitted_cpus(args, "submit"), **shards)
+    _check_with_sbatch(args, spec)
+    print(submit_script(render_array_script(spec)))
     return EXIT_OK

@@ -15,6 +15,7 @@ from typing import Any
 from curator_dask.backends.base import RunObserver
 from curator_dask.jobs.control import read_stop_request, stop_request_for
 from curator_dask.jobs.events import EventLog
+from curator_dask.jobs.index import record_job
 from curator_dask.jobs.job import JobDirectory, new_job_id, validate_job_id
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
@@ -49,6 +50,7 @@ class JobRun(RunObserver):
 
     Example:
         >>> import tempfile
+        >>> os.environ["CURATOR_DASK_JOB_INDEX"] = os.path.join(tempfile.mkdtemp(), "jobs.json")
         >>> from curator_dask.stages.base import ProcessingStage
         >>> class Source(ProcessingStage):
         ...     name = "source"
@@ -90,6 +92,7 @@ class JobRun(RunObserver):
             self.directory.verify_resume(config, inputs)
         else:
             self.directory.create(config, inputs)
+        record_job(self.job_id, self.directory.path)  # `status` etc. find it from anywhere
         self.run_id = uuid.uuid4().hex[:8]
         self.process_start = process_start_time()
         self.command = command
@@ -229,6 +232,38 @@ class JobRun(RunObserver):
             except OSError as exc:
                 logger.warning("could not write the job summary: %s", exc)
 
+    def _unfinished_progress(self, state: str, error: BaseException) -> dict[str, Any]:
+        """The sources and stages of an attempt that raised or stopped, from its live progress.
+
+        Nothing is in flight once the attempt has ended: with state ``failed`` the sources that
+        were in flight when it raised (the one whose stage raised, and those cancelled with it;
+        they stay pending in the checkpoint) count as failed, and ``in_flight_at_failure`` says
+        how many. Every stage of the pipeline gets a row (zeros where nothing reached it), and
+        ``failed_stage`` names the stage that raised, when a stage did.
+        """
+        from dataclasses import asdict
+
+        from curator_dask.backends.dask.adapter import StageCount
+
+        snapshot = self._progress() if self._progress is not None else {}
+        sources = dict(snapshot.get("sources") or {})
+        unfinished = int(sources.get("in_flight") or 0)
+        out: dict[str, Any] = {}
+        if sources:
+            sources["in_flight"] = 0
+            if state == "failed":
+                sources["failed"] = int(sources.get("failed") or 0) + unfinished
+                out["in_flight_at_failure"] = unfinished
+            out["sources"] = sources
+        ran = {row.get("index"): row for row in snapshot.get("stages") or []}
+        out["stages"] = [ran.get(i) or {"stage": stage.name, "index": i,
+                                        **asdict(StageCount()), "sources_done": None}
+                         for i, stage in enumerate(self.stages)]
+        stage_name = getattr(error, "stage_name", None)
+        if isinstance(stage_name, str):
+            out["failed_stage"] = stage_name
+        return out
+
     def finish(self, state: str, result: Any = None, error: BaseException | None = None) -> None:
         """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once."""
         self._stop.set()
@@ -241,6 +276,7 @@ class JobRun(RunObserver):
             extra["dashboard"] = result.dashboard_link
         if error is not None:
             extra["error"] = f"{type(error).__name__}: {error}"
+            extra.update(self._unfinished_progress(state, error))
         event = {"completed": "job_complete", "failed": "job_failed",
                  "stopped": "job_stopped"}[state]
         self.events.emit(event, **({"error": extra["error"]} if error is not None else {}))

@@ -168,11 +168,16 @@ class Pipeline:
                                           job.performance_report)
             result = self._run(executor, initial_tasks, options, job)
         except BaseException as exc:
-            if job is not None:
-                from curator_dask.errors import RunStopped
+            if job is None:
+                raise
+            from curator_dask.errors import RunStopped, is_run_interrupted, run_interrupted
 
-                job.finish("stopped" if isinstance(exc, RunStopped | KeyboardInterrupt)
-                           else "failed", error=exc)
+            stopped = isinstance(exc, RunStopped | KeyboardInterrupt)
+            job.finish("stopped" if stopped else "failed", error=exc)
+            if job.resume_command and isinstance(exc, RunStopped):
+                raise RunStopped(f"{exc}; resume with: {job.resume_command}") from None
+            if job.resume_command and is_run_interrupted(exc):
+                raise run_interrupted(f"{exc}; resume with: {job.resume_command}") from None
             raise
         if job is not None:
             job.finish("completed", result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from curator_dask.resumability.counters import source_deltas
@@ -58,6 +59,7 @@ class CompletionClient:
         self.client = client
         self.run_id = run_id
         self.checkpoint_url = checkpoint_url
+        self.storage_options = storage_options
         self.names = handler_names(run_id)
         # Resolved here, on the client: the scheduler does not see the client's config.
         plugin = CompletionPlugin(
@@ -75,8 +77,19 @@ class CompletionClient:
 
     def completed_ids(self, sources: list[Task]) -> set[str]:
         """The ids of those ``sources`` that the checkpoint marks complete (read-only)."""
-        ids = [t.get_source_id() for t in sources]
-        return set(self._call("completed", source_ids=ids))
+        return self.completed_source_ids(t.get_source_id() for t in sources)
+
+    def completed_source_ids(self, source_ids: Iterable[str]) -> set[str]:
+        """Those of ``source_ids`` that the checkpoint marks complete (read-only)."""
+        return set(self._call("completed", source_ids=list(source_ids)))
+
+    def check_partitioning(self, source_stage: Any, sources: list[Task]) -> None:
+        """Refuse sources that regroup files of completed partitions; record the partitioning
+        (``resumability/partitioning.py``). Give it every source, before a shard filter."""
+        from curator_dask.resumability.partitioning import check_partitioning
+
+        check_partitioning(source_stage, sources, self.completed_source_ids,
+                           self.checkpoint_url, self.storage_options)
 
     def open_sources(self, sources: list[Task], reopen: list[str] | None = None
                      ) -> tuple[list[Task], int]:
@@ -88,13 +101,7 @@ class CompletionClient:
         completed = set(self._call("open_sources", sources=[[t, s] for t, s, _ in opened],
                                    reopen=list(reopen or ())))
         todo = [t for t in sources if t._source_id not in completed]
-        skipped = len(sources) - len(todo)
-        logger.info(
-            "%d source partitions: %d already complete (skipped), %d to process%s",
-            len(sources), skipped, len(todo),
-            f" ({len(reopen)} of them again: their inputs changed)" if reopen else "",
-        )
-        return todo, skipped
+        return todo, len(sources) - len(todo)
 
     def close(self) -> dict[str, Any]:
         """Flush every completion to the store, close it, and remove the plugin."""

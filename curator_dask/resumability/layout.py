@@ -14,6 +14,7 @@ fingerprints and the SLURM array files::
         .curator_dask/                          # this project's additions
             stage_checkpoints/<entry>/          # see resumability/stage_checkpoints
             input_fingerprints/<host>-<pid>-<run>.json
+            partitioning.json                   # the source stage's partitioning (partitioning.py)
 
 The names under ``.nemo_curator_metadata`` must not change: NeMo Curator's ``retry`` tools read
 them (``docs/design/contract.md §5``).
@@ -36,3 +37,5 @@ STAGE_CHECKPOINTS_DIRNAME = "stage_checkpoints"
 INPUT_FINGERPRINTS_DIRNAME = "input_fingerprints"
 STAGE_CHECKPOINTS_SUBDIR = f"{CURATOR_DASK_DIRNAME}/{STAGE_CHECKPOINTS_DIRNAME}"
 INPUT_FINGERPRINTS_SUBDIR = f"{CURATOR_DASK_DIRNAME}/{INPUT_FINGERPRINTS_DIRNAME}"
+PARTITIONING_RECORD_FILENAME = "partitioning.json"
+PARTITIONING_RECORD_PATH = f"{CURATOR_DASK_DIRNAME}/{PARTITIONING_RECORD_FILENAME}"

@@ -74,6 +74,7 @@ class CompletionPlugin(SchedulerPlugin):
         self.failed_sources: set[str] = set()
         self.warnings: dict[str, int] = {}
         self.deltas_received = 0
+        self.completed_in_run = 0  # sources recorded complete by this run
         self._closed = False
         self._queue: queue.Queue = queue.Queue()
         self._cv = threading.Condition()
@@ -176,6 +177,7 @@ class CompletionPlugin(SchedulerPlugin):
         if self._closed:
             return  # like NeMo Curator's closed actor: late deltas are dropped
         done, undone = self.book.apply(deltas)
+        self.completed_in_run += len(done) - len(undone)
         if done or undone:
             with self._cv:
                 self._submitted += 1
@@ -236,6 +238,7 @@ class CompletionPlugin(SchedulerPlugin):
         return {
             "completed": len(self.book.completed),
             "loaded": self.loaded,
+            "completed_in_run": self.completed_in_run,
             "pending": len(self.book.pending),
             "failed_sources": sorted(self.failed_sources),
             "warnings": dict(self.warnings),

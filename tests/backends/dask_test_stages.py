@@ -47,6 +47,24 @@ class DropShort(ProcessingStage[DocumentBatch, DocumentBatch]):
 
 
 @dataclass
+class DropShortRows(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Row filter: keeps the rows whose text has at least min_chars characters (None when no
+    row is left)."""
+
+    min_chars: int = 50
+    name: str = "drop_short_rows"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch | None:
+        table = task.to_pyarrow()
+        keep = pa.array([len(t) >= self.min_chars for t in table["text"].to_pylist()])
+        kept = table.filter(keep)
+        if kept.num_rows == 0:
+            return None
+        return DocumentBatch(dataset_name=task.dataset_name, data=kept,
+                             _metadata=task._metadata, _stage_perf=task._stage_perf)
+
+
+@dataclass
 class AddLength(ProcessingStage[DocumentBatch, DocumentBatch]):
     column: str = "length"
     name: str = "add_length"

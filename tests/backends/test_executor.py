@@ -236,4 +236,4 @@ def test_result_renders_as_a_table_in_notebooks(executor, jsonl_input, tmp_path)
     html = result._repr_html_()
     assert html.startswith("<table><caption>6 sources (0 skipped), 6 output tasks")
     assert html.count("<tr>") == 1 + 2  # header + file_partitioning + jsonl_reader
-    assert "<td>jsonl_reader</td><td>6</td><td>6</td>" in html
+    assert ">jsonl_reader</td><td>6</td><td>6</td>" in html

@@ -199,3 +199,150 @@ def test_cli_runs_are_jobs_with_a_resume_token(tmp_path):
         refused.stderr)
     plain = cli("run", "p.yaml", "--workers", "1", "--no-job", cwd=tmp_path)
     assert plain.returncode == 0 and "job " not in plain.stdout
+
+
+# -- exit codes (docs/guarantees.md "Exit codes of python -m curator_dask") --------------------
+
+BUILD = "from curator_dask import Pipeline\n\ndef build():\n    return Pipeline(name='x')\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from curator_dask import Pipeline\n\ndef build(:\n    pass\n",
+         "bad_pipe.py, line 3: SyntaxError: invalid syntax"),
+        ("def build():\n    return 1\n  x = 2\n",
+         "bad_pipe.py, line 3: IndentationError: unindent does not match"),
+        ("import os\nimport no_such_module_zz\n" + BUILD,
+         "bad_pipe.py, line 2: ModuleNotFoundError: No module named 'no_such_module_zz'"),
+        ("SETTINGS = {}\nLIMIT = SETTINGS['limit']\n" + BUILD,
+         "bad_pipe.py, line 2: KeyError: 'limit' (while importing the pipeline file)"),
+        ("def build():\n    raise ValueError('no input configured')\n",
+         "bad_pipe.py, line 2: ValueError: no input configured (while calling build())"),
+    ],
+    ids=["syntax", "indentation", "import", "import-time-exception", "build-raises"],
+)
+def test_a_broken_pipeline_file_is_a_usage_error_naming_file_and_line(tmp_path, source,
+                                                                      expected):
+    (tmp_path / "bad_pipe.py").write_text(source)
+    out = cli("run", "bad_pipe.py:build", "--no-job", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("python -m curator_dask run: error: ")
+    assert expected in lines[0], lines[0]
+
+
+def test_a_module_reference_with_a_syntax_error_is_a_usage_error(tmp_path):
+    (tmp_path / "broken_mod_zz.py").write_text("def build(:\n    pass\n")
+    out = run_cli("run", "broken_mod_zz:build", "--no-job", cwd=tmp_path, timeout=60,
+                  pythonpath=[tmp_path])
+    assert out.returncode == 2, out.stderr
+    assert "broken_mod_zz.py, line 1: SyntaxError" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_resume_of_an_unknown_token_is_a_usage_error_naming_token_and_folder(tmp_path):
+    (tmp_path / "p.py").write_text(BUILD)
+    work = tmp_path / "curator-dask-jobs"
+    out = cli("run", "p.py:build", "--resume", "no-such-job", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "--resume no-such-job: no job 'no-such-job' in " + str(work) in out.stderr
+    assert str(work / "no-such-job" / "config_fingerprint.json") in out.stderr
+    assert "that folder does not exist; give --work-dir" in out.stderr
+    (work / "20260101_000000_abcdef").mkdir(parents=True)
+    (work / "20260101_000000_abcdef" / "config_fingerprint.json").write_text("{}")
+    out = cli("run", "p.py:build", "--resume", "no-such-job", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "jobs there: 20260101_000000_abcdef" in out.stderr
+    assert not (work / "no-such-job").exists()  # nothing was made for it
+
+
+def test_resume_of_a_job_of_another_work_dir_names_that_folder(tmp_path):
+    from curator_dask.jobs.index import record_job
+    from curator_dask.jobs.job import JobDirectory
+
+    (tmp_path / "p.py").write_text(BUILD)
+    job = JobDirectory(str(tmp_path / "elsewhere"), "indexed-job-zz")
+    job.create({}, {})
+    record_job("indexed-job-zz", job.path)  # the tests' own job index (tests/conftest.py)
+    out = cli("run", "p.py:build", "--resume", "indexed-job-zz", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert f"has it in {job.path}: add --work-dir {tmp_path / 'elsewhere'}" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--resume", "../elsewhere"], "--resume: job id '../elsewhere' must be a plain token"),
+        (["--job-id", ".hidden"], "--job-id: job id '.hidden' must be a plain token"),
+        (["--job-id", "a", "--resume", "b"], "--job-id 'a' and --resume 'b' disagree"),
+    ],
+)
+def test_malformed_job_tokens_are_usage_errors(tmp_path, args, expected):
+    (tmp_path / "p.py").write_text(BUILD)
+    out = cli("run", "p.py:build", *args, cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert expected in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_checkpoint_inspect_of_a_missing_path_is_a_usage_error(tmp_path):
+    out = cli("checkpoint", "inspect", "no-such-ckpt", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no checkpoint at no-such-ckpt: the path does not exist" in out.stderr
+    assert "completed" not in out.stdout
+    assert cli("checkpoint", "inspect", "no-such-ckpt", "--json", cwd=tmp_path,
+               timeout=60).returncode == 2
+    (tmp_path / "a-file").write_text("x")
+    out = cli("checkpoint", "inspect", "a-file", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and "a-file is a file, not a checkpoint folder" in out.stderr
+    (tmp_path / "ckpt" / ".nemo_curator_metadata").mkdir(parents=True)
+    out = cli("checkpoint", "inspect", "ckpt/.nemo_curator_metadata", cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and "the metadata folder inside a checkpoint" in out.stderr
+    out = cli("checkpoint", "inspect", "ckpt", "--input", "no-such-input", cwd=tmp_path,
+              timeout=60)
+    assert out.returncode == 2 and "--input no-such-input: No input files" in out.stderr
+    # an existing checkpoint folder that no run has written to yet is not an error
+    (tmp_path / "fresh").mkdir()
+    out = cli("checkpoint", "inspect", "fresh", cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "writer files: 0 (no run has recorded a completion" in out.stdout
+
+
+def _cli_actions():
+    """Every (command path, action) of the parser, subcommands included."""
+    import argparse
+
+    from curator_dask.cli.main import build_parser
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*path, name))
+            else:
+                yield path, action
+
+    return list(walk(build_parser(), ()))
+
+
+def test_every_option_of_every_command_has_help():
+    import argparse
+
+    actions = _cli_actions()
+    assert {p for p, _ in actions} >= {("run",), ("slurm", "submit"), ("slurm", "retry"),
+                                       ("checkpoint", "inspect"), ("status",), ("stop",)}
+    missing = [f"{' '.join(path)} {action.option_strings or action.dest}"
+               for path, action in actions
+               if action.help is not argparse.SUPPRESS and not (action.help or "").strip()]
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_slurm_options_say_what_their_value_means():
+    helps = {(path, opt): action.help for path, action in _cli_actions()
+             for opt in action.option_strings}
+    assert "default 0" in helps[(("slurm", "submit"), "--minimum-shard-index")]
+    assert "default curator-array" in helps[(("slurm", "submit"), "--job-name")]
+    fmt = helps[(("slurm", "retry"), "--format")]
+    assert "array" in fmt and "fields" in fmt and "default" in fmt

@@ -45,9 +45,26 @@ def site(tmp_path_factory):
 
 
 def test_site_builds_strict(site):
-    for page in ("index.html", "cli-reference/index.html", "api-reference/index.html",
-                 "configuration-keys/index.html"):
+    for page in ("index.html", "cli-reference.html", "api-reference.html",
+                 "configuration-keys.html"):
         assert (site / page).is_file(), page
+
+
+def test_site_links_open_from_disk(site):
+    """Opened with file:// (no web server), every link between pages names a file that
+    exists: no link to a folder, which a browser would show as a directory listing."""
+    checked = 0
+    for page in site.rglob("*.html"):
+        if page.name == "404.html":  # a web server's page, with links from the site's root
+            continue
+        html = page.read_text(encoding="utf-8")
+        for href in re.findall(r'href="([^"#?]*)[^"]*"', html):
+            if not href or re.match(r"[a-z]+:", href) or href.startswith("//"):
+                continue  # this page, or another site
+            target = (page.parent / href).resolve()
+            assert target.is_file(), f"{page.relative_to(site)} links to {href}"
+            checked += 1
+    assert checked > 100
 
 
 def test_generated_pages_are_not_stored_in_docs():
@@ -59,7 +76,7 @@ def test_generated_pages_are_not_stored_in_docs():
 def test_api_reference_documents_every_export(site):
     import curator_dask
 
-    html = (site / "api-reference" / "index.html").read_text(encoding="utf-8")
+    html = (site / "api-reference.html").read_text(encoding="utf-8")
     for name in curator_dask.__all__:
         obj = getattr(curator_dask, name)
         assert f'id="{obj.__module__}.{obj.__qualname__}"' in html, name
@@ -74,7 +91,7 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 def test_cli_reference_lists_every_command_and_option(site):
     from curator_dask.cli.main import build_parser
 
-    html = (site / "cli-reference" / "index.html").read_text(encoding="utf-8")
+    html = (site / "cli-reference.html").read_text(encoding="utf-8")
     commands = list(gen_cli_reference.walk(build_parser()))
     assert len(commands) > 1
     for path, parser, _summary in commands:

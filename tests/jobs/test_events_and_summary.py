@@ -111,10 +111,14 @@ def test_live_progress_counts_sources_per_stage():
     live.stage_advanced((1,), 3)  # group (a) finished 3 sources; b has not seen them yet
     snap = live.snapshot()
     assert snap["run_key_token"] == "run12345"
-    assert snap["stages"] == [{"stage": "a", **StageCount().__dict__, "sources_done": 3}]
+    assert snap["stages"] == [{"stage": "a", "index": 1, **StageCount().__dict__,
+                               "sources_done": 3}]
     live.stage_advanced((2,), 2)
     live.chunk_done(["s1", "s2"], {"s2"}, {1: StageCount(tasks_in=2), 2: StageCount(tasks_in=2)})
     snap = live.snapshot()
     assert snap["sources"]["completed"] == 1 and snap["sources"]["failed"] == 1
     assert [(r["stage"], r["sources_done"], r["tasks_in"]) for r in snap["stages"]] == [
         ("a", 3, 2), ("b", 2, 2)]
+    live.head_done({0: StageCount(tasks_in=1, tasks_out=10)})  # the driver's stages count too
+    assert [(r["index"], r["tasks_out"]) for r in live.snapshot()["stages"]] == [
+        (0, 10), (1, 0), (2, 0)]

@@ -12,7 +12,7 @@ from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 from curator_dask.cli.common import UsageError
 from curator_dask.cli.main import build_parser
 from curator_dask.cli.run_command import checkpoint_kwargs
-from curator_dask.jobs.report import duration_stats, throughput_series
+from curator_dask.jobs.report import cumulative_rows, duration_stats
 from curator_dask.jobs.view import rates
 from curator_dask.sample_data import generate_jsonl
 from tests.helpers import cli
@@ -36,7 +36,9 @@ def test_report_is_self_contained_with_plots_and_dask_report(job):
     path = Path(out.stdout.strip())
     assert path == job / "jobs" / "rep" / "report.html"
     html = path.read_text()
-    assert "Rows per second by stage" in html and "Task durations" in html
+    assert "Rows processed by fusion group (cumulative)" in html and "Task durations" in html
+    assert "jsonl_reader + jsonl_writer" in html  # the fusion group's line is named by stages
+    assert "no data" not in html
     assert not re.search(r"<script[^>]+src=", html)  # bokeh's JavaScript is inlined
     assert "jsonl_writer" in html
     assert (job / "jobs" / "rep" / "dask-performance-report.html").is_file()
@@ -60,8 +62,9 @@ def test_series_and_stats_from_records():
     events = [{"type": "stage_complete", "scope": "task", "stage": "a", "ended": 100.0 + i,
                "rows_in": 10, "duration": 0.1 * (i + 1)} for i in range(10)]
     events.append({"type": "stage_complete", "scope": "run", "stage": "a", "rows_in": 100})
-    series = throughput_series(events, buckets=5)
-    assert sum(v for _, v in series["a"]) * 1.8 == pytest.approx(100)  # 5 buckets of 1.8 s
+    series = cumulative_rows(events)
+    assert series["a"][0] == (pytest.approx(99.9), 0)  # the first task's start
+    assert [v for _, v in series["a"]] == list(range(0, 101, 10))  # the run record: not counted
     stats = duration_stats(events)["a"]
     assert stats["tasks"] == 10 and stats["max"] == pytest.approx(1.0)
     assert stats["median"] == pytest.approx(0.55)

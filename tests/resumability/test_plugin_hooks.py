@@ -136,8 +136,8 @@ class TestLifecycle:
                 "curator_dask_close_run1": plugin.close_handler,
             }
             expected = {
-                "completed": 0, "loaded": 0, "pending": 0, "failed_sources": [],
-                "warnings": {}, "deltas": 0, "errors": [], "unreadable": [],
+                "completed": 0, "loaded": 0, "completed_in_run": 0, "pending": 0,
+                "failed_sources": [], "warnings": {}, "deltas": 0, "errors": [], "unreadable": [],
                 "writer_file": str(own_file(tmp_path)),
             }
             assert await plugin.flush() == expected

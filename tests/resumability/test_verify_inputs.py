@@ -89,7 +89,8 @@ def test_sources_completed_without_verification_get_a_baseline(executor, tmp_pat
     generate_jsonl(str(tmp_path / "in"), files=2, docs_per_file=1, seed=14)
     ckpt = tmp_path / "ckpt"
     pipeline(tmp_path).run(executor=executor, checkpoint_path=str(ckpt))
-    assert not (ckpt / ".curator_dask").exists()  # off: nothing recorded, NeMo layout only
+    # off: no fingerprints (the partitioning record is the only addition to NeMo's layout)
+    assert not (ckpt / ".curator_dask" / "input_fingerprints").exists()
     with caplog.at_level("WARNING", logger="curator_dask"):
         result = pipeline(tmp_path).run(executor=executor, checkpoint_path=str(ckpt),
                                         verify_inputs="fingerprint")

@@ -275,6 +275,54 @@ def _exit_code(job_id: str) -> str:
     return re.search(r"\bExitCode=(\S+)", shown).group(1)
 
 
+
+def _queued(job_name: str) -> str:
+    """What ``squeue`` lists under ``job_name`` (empty when nothing was queued)."""
+    return subprocess.run(["squeue", "-h", "-n", job_name, "-o", "%i %T %r"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_submit_refuses_a_request_no_node_of_the_partition_can_run(tmp_path):
+    import uuid
+
+    (tmp_path / "array_pipe.py").write_text(PIPELINE)
+    cpus, name = node_cpus(), f"refused-{uuid.uuid4().hex[:8]}"
+    common = ["slurm", "submit", "array_pipe.py:build", "--array", "0-3", "--checkpoint-path",
+              "ckpt", "--time", "00:05:00", "--job-name", name]
+    too_many = cli(*common, "--cpus-per-task", str(cpus + 1), cwd=tmp_path)
+    assert too_many.returncode == 2, too_many.stdout + too_many.stderr
+    assert (f"--cpus-per-task {cpus + 1} needs {cpus + 1} CPUs on a node, and the largest node "
+            f"of partition ") in too_many.stderr
+    assert f"has {cpus}; pass --cpus-per-task {cpus} or less" in too_many.stderr
+    # what only SLURM knows (memory here) is judged by sbatch --test-only
+    too_much_memory = cli(*common, "--cpus-per-task", "1", "--mem", "100000000M", cwd=tmp_path)
+    assert too_much_memory.returncode == 2, too_much_memory.stderr
+    assert "sbatch --test-only refused the request" in too_much_memory.stderr
+    assert "--mem 100000000M" in too_much_memory.stderr
+    assert too_many.stdout == too_much_memory.stdout == ""
+    assert _queued(name) == ""  # nothing was queued
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_submit_without_cpus_per_task_asks_for_what_the_partition_has(tmp_path):
+    (tmp_path / "array_pipe.py").write_text(PIPELINE)
+    generate_jsonl(str(tmp_path / "input"), files=2, docs_per_file=2, seed=4)
+    log = tmp_path / "task.log"
+    cpus = min(16, node_cpus())
+    submitted = cli("slurm", "submit", "array_pipe.py:build", "--array", "0", "--total-shards",
+                    "1", "--checkpoint-path", "ckpt", "--time", "00:05:00", "--output",
+                    str(log), cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    assert job_id.isdigit(), submitted.stdout
+    assert f"--cpus-per-task not given: asking for {cpus} CPUs per task" in submitted.stderr
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                           text=True, check=True).stdout
+    assert f"CPUs/Task={cpus}" in shown and "PartitionConfig" not in shown, shown
+    wait_for_job(job_id)  # it runs, rather than pending forever
+    text = log.read_text() if log.exists() else "no log"
+    assert len(list((tmp_path / "output").glob("*.jsonl"))) == 2, text[-3000:]
+
 def test_submission_errors_show_command_exit_code_and_output():
     from curator_dask.slurm.sbatch import (
         ArrayJobSpec,

@@ -76,3 +76,55 @@ def test_dry_run_cli_prints_the_script(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "#SBATCH --array=0-3" in out.stdout
     assert f"--checkpoint-path {tmp_path / 'ckpt'}" in out.stdout
+
+
+def test_requests_are_fitted_to_the_partition_nodes():
+    from curator_dask.slurm.partition import (
+        PartitionNodes,
+        RequestRefused,
+        check_fits,
+        default_cpus_per_task,
+    )
+
+    small, mixed = PartitionNodes("debug", (4,)), PartitionNodes("mixed", (64, 8, 8))
+    assert default_cpus_per_task(small) == 4
+    assert default_cpus_per_task(mixed) == 16  # at most 16 when not asked for
+    assert default_cpus_per_task(mixed, nodes=2) == 8  # two nodes must each hold a task
+    assert default_cpus_per_task(small, ntasks=3) == 1  # three srun ranks on one 4-CPU node
+    assert default_cpus_per_task(small, ntasks=5) == 1  # cannot fit: check_fits says so
+    check_fits(small, 4)
+    check_fits(mixed, 8, nodes=3)
+    with pytest.raises(RequestRefused, match=r"--cpus-per-task 16 needs 16 CPUs on a node, and "
+                       r"the largest node of partition debug has 4; pass --cpus-per-task 4 or "
+                       r"less"):
+        check_fits(small, 16)
+    with pytest.raises(RequestRefused, match=r"--nodes 2 .* partition mixed has 1; pass "
+                       r"--nodes 1 or less"):
+        check_fits(mixed, 16, nodes=2)
+    with pytest.raises(RequestRefused, match=r"× 5 tasks per node .* pass more --nodes"):
+        check_fits(small, 1, ntasks=5)
+
+
+def test_dry_run_asks_slurm_nothing(tmp_path):
+    """No SLURM command on PATH: --dry-run still prints the script (16 CPUs per task)."""
+    (tmp_path / "bin").mkdir()
+    out = cli("slurm", "submit", "p.yaml", "--array", "0-3", "--checkpoint-path", "ckpt",
+              "--dry-run", cwd=tmp_path, timeout=60, env={"PATH": str(tmp_path / "bin")})
+    assert out.returncode == 0, out.stderr
+    assert "#SBATCH --cpus-per-task=16" in out.stdout
+    assert "--dry-run asks SLURM nothing: 16 CPUs per task" in out.stderr
+
+
+def test_submission_without_slurm_commands_fails_and_says_how_to_skip_the_check(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "p.yaml").write_text("stages: []\n")
+    args = ("slurm", "submit", "p.yaml", "--array", "0-3", "--checkpoint-path", "ckpt")
+    env = {"PATH": str(tmp_path / "bin")}
+    out = cli(*args, cwd=tmp_path, timeout=60, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "cannot check the request against the partition: sinfo not found" in out.stderr
+    assert "--no-check skips it" in out.stderr
+    unchecked = cli(*args, "--no-check", cwd=tmp_path, timeout=60, env=env)
+    assert unchecked.returncode == 1 and "sbatch not found" in unchecked.stderr
+    missing = cli("slurm", "submit", "nope.yaml", *args[3:], cwd=tmp_path, timeout=60, env=env)
+    assert missing.returncode == 2 and "nope.yaml: no such file" in missing.stderr

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterator
 
 USAGE_WIDTH = 88
+EXIT_CODES_TITLE = "Exit codes"
+EXIT_CODES_PAGE = "guarantees.md#exit-codes"
 _SPECIAL = re.compile(r"([\\*_\[\]{}])")
 
 
@@ -160,11 +162,9 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         f"{code('python -m curator_dask COMMAND --help')} prints the same.",
         "",
     ]
-    # The module docstring's "Exit codes: ..." sentence, where the CLI defines them.
-    doc = " ".join((cli_main.__doc__ or "").split())
-    exit_codes = re.search(r"Exit codes:.*?\.(?=\s+[A-Z]|$)", doc)
-    if exit_codes:
-        head += [escape(exit_codes.group(0)), ""]
+    # One table of exit codes, in the guarantees (not a second, partial list here).
+    head += [f"Exit codes: see [{EXIT_CODES_TITLE}]({EXIT_CODES_PAGE}), every code and when "
+             "each command returns it.", ""]
     sections = [render_parser(path, p, summary) for path, p, summary in walk(parser)]
     return "\n".join(head) + "\n" + "\n".join(sections).rstrip() + "\n"
 

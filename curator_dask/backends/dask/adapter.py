@@ -23,7 +23,24 @@ from curator_dask.tasks import Task
 
 @dataclass
 class StageCount:
-    """What one stage did in a run: calls, tasks and items in and out, filtered, failed, time.
+    """What one stage did in a run: calls, tasks and items in and out, rows dropped, tasks
+    filtered and failed, time.
+
+    Attributes:
+        calls: ``process_batch`` calls.
+        tasks_in, tasks_out: tasks given to the stage and returned by it (sentinels not
+            counted).
+        items_in, items_out: the tasks' ``num_items`` (rows of a ``DocumentBatch``, files of
+            a ``FileGroupTask``).
+        rows_dropped: rows a stage that maps document batches to document batches did not
+            pass on: per call, ``max(0, rows in - rows out)`` (a row filter's count); 0 for a
+            stage whose items change meaning (a reader, a writer). Rows of a task the stage
+            failed (``FailedTask``) are not counted here.
+        filtered: *tasks* filtered: tasks the stage returned ``None`` for (a whole batch
+            dropped; its rows count in ``rows_dropped`` too).
+        failed: tasks the stage returned a ``FailedTask`` for.
+        seconds: the stage's own processing time, summed over every call (busy time, not
+            wall time).
 
     Example:
         >>> a = StageCount(calls=1, tasks_in=1, tasks_out=2)
@@ -36,6 +53,7 @@ class StageCount:
     tasks_out: int = 0
     items_in: int = 0
     items_out: int = 0
+    rows_dropped: int = 0
     filtered: int = 0
     failed: int = 0
     seconds: float = 0.0
@@ -54,6 +72,37 @@ def _items(tasks: Sequence[Task]) -> int:
         except Exception:  # noqa: BLE001 (a custom task without a usable size counts as 0)
             continue
     return total
+
+
+def rows_dropped(tasks: Sequence[Task], results: Sequence[Task]) -> int:
+    """Rows one stage call did not pass on, when it maps document batches to document batches:
+    ``max(0, rows in - rows out)``; the rows of inputs it failed (a ``FailedTask`` in their
+    position) are not counted. 0 when any input or output is another kind of task (a reader's
+    files become rows, a writer's rows become files: their items change meaning).
+
+    ``results`` are the stage's outputs with sentinels still in place (``None`` already a
+    ``NoneTask``).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from curator_dask.tasks import DocumentBatch, FileGroupTask
+        >>> batch = DocumentBatch(dataset_name="d", data=pa.table({"text": ["a", "bb", "c"]}))
+        >>> kept = DocumentBatch(dataset_name="d", data=pa.table({"text": ["bb"]}))
+        >>> rows_dropped([batch], [kept])
+        2
+        >>> rows_dropped([batch], [FileGroupTask(dataset_name="d", data=["out.jsonl"])])
+        0
+    """
+    if not tasks or not all(class_named(t, "DocumentBatch") for t in tasks):
+        return 0
+    failed_in = 0
+    if len(results) == len(tasks):  # positional: an input's own output is in its slot
+        failed_in = _items([t for t, r in zip(tasks, results, strict=True)
+                            if lineage.is_failed_task(r)])
+    kept = [r for r in results if not lineage.is_sentinel(r)]
+    if not all(class_named(r, "DocumentBatch") for r in kept):
+        return 0
+    return max(0, _items(tasks) - failed_in - _items(kept))
 
 
 def source_files(tasks: Sequence[Task]) -> list[str]:
@@ -171,6 +220,7 @@ class StageAdapter:
         if stage.is_source_stage and n_failed:
             msg = f"Source stage {stage.name} emitted FailedTask, which is not supported."
             raise ValueError(msg)
+        dropped = rows_dropped(tasks, results) if count is not None else 0
         # Deltas are taken while sentinels are still in place (docs/design/contract.md §7.2).
         # Array shards are filtered on the driver before streaming, and a shard's failure is
         # decided from the deltas the completion plugin received (slurm/run.py), so neither
@@ -190,6 +240,7 @@ class StageAdapter:
         c.tasks_out += len(results)
         c.items_in += stats.num_items_processed
         c.items_out += _items(results)
+        c.rows_dropped += dropped
         c.filtered += n_filtered
         c.failed += n_failed
         c.seconds += elapsed

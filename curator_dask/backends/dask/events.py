@@ -1,9 +1,10 @@
 """``EventStream``: a run's events for its observer, bounded in volume at any number of sources.
 
 The first ``detail_limit`` records describe each Dask task (``scope: "task"``: its stages'
-durations and rows, its sources); after that, one record per stage per ``window`` seconds
-(``scope: "window"``) carries the same sums. Stage-checkpoint saves, loads and fallbacks are
-totalled here too.
+durations, rows in, out and dropped, its sources); after that, one record per stage per
+``window`` seconds (``scope: "window"``) carries the same sums; at the end of a run, one record
+per stage (``scope: "run"``) carries every :class:`StageCount` field. Stage-checkpoint saves,
+loads and fallbacks are totalled here too.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class EventStream:
         for i, c in sorted(result.counts.items()):
             self.emit("stage_complete", scope="task", stage=self.names[i], index=i,
                       task_id=task_id, sources=len(ids), duration=round(c.seconds, 6),
-                      rows_in=c.items_in, rows_out=c.items_out, tasks_in=c.tasks_in,
-                      tasks_out=c.tasks_out, ended=result.ended.get(i))
+                      rows_in=c.items_in, rows_out=c.items_out, rows_dropped=c.rows_dropped,
+                      tasks_in=c.tasks_in, tasks_out=c.tasks_out, ended=result.ended.get(i))
         if done:
             self.emit("source_complete", scope="task", count=done, task_id=task_id,
                       source_ids=[sid for sid in ids if sid not in result.failed][:20])
@@ -96,7 +97,7 @@ class EventStream:
             self.emit("stage_complete", scope="window", stage=self.names[i], index=i,
                       window_start=self._window_start, ended=now, tasks=c.calls,
                       duration=round(c.seconds, 6), rows_in=c.items_in, rows_out=c.items_out,
-                      tasks_in=c.tasks_in, tasks_out=c.tasks_out)
+                      rows_dropped=c.rows_dropped, tasks_in=c.tasks_in, tasks_out=c.tasks_out)
         done, failed = self._window_sources
         if done:
             self.emit("source_complete", scope="window", count=done)

@@ -154,8 +154,11 @@ class DaskExecutor(BaseExecutor):
                 dashboard_requested=self._dashboard_requested,
                 scheduler_file=self.scheduler_file, cluster_kwargs=self.cluster_kwargs))
             link = self.dashboard_link()
-            if link:
-                logger.info("Dask dashboard: %s", link)
+            if link:  # where progress is shown, each run shows the link with its bars
+                from curator_dask.backends.dask.progress import showing
+
+                logger.log(logging.DEBUG if showing(self.progress) else logging.INFO,
+                           "Dask dashboard: %s", link)
         return self._provisioned.client
 
     def dashboard_link(self) -> str | None:

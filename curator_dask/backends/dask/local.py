@@ -67,7 +67,10 @@ def embedded_cluster(*, malloc_trim_threshold: int | None = None, **kwargs: Any)
     import dask.config
     from distributed import LocalCluster
 
+    from curator_dask.backends.dask.worker_setup import with_preload
+
     environ = _worker_environ(malloc_trim_threshold)
+    kwargs = with_preload(kwargs)  # workers leave Ctrl+C to the driver
     with workers_without_main():
         with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
             cluster = LocalCluster(**kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import threading
 from collections.abc import Sequence
@@ -10,6 +12,8 @@ from typing import Any
 
 from curator_dask.backends.dask.adapter import StageCount
 from curator_dask.backends.dask.keys import run_token
+
+logger = logging.getLogger(__name__)
 
 
 def interactive() -> bool:
@@ -47,6 +51,12 @@ class LiveProgress:
             for i in stage_indices:
                 self.stage_sources[i] = self.stage_sources.get(i, 0) + n
 
+    def head_done(self, counts: dict[int, StageCount]) -> None:
+        """The counts of the stages that ran on the driver (up to the source stage)."""
+        with self._lock:
+            for i, c in counts.items():
+                self.counts.setdefault(i, StageCount()).merge(c)
+
     def planned(self, total: int, skipped: int, to_process: int) -> None:
         self.sources.update(total=total, skipped=skipped, to_process=to_process)
 
@@ -71,10 +81,38 @@ class LiveProgress:
                 "dashboard": self.dashboard,
                 "sources": dict(self.sources),
                 "processing_started": self.first_submit,
-                "stages": [{"stage": self.stage_names[i], **asdict(self.counts.get(
+                "stages": [{"stage": self.stage_names[i], "index": i, **asdict(self.counts.get(
                                i, StageCount())), "sources_done": self.stage_sources.get(i)}
                            for i in sorted(set(self.counts) | set(self.stage_sources))],
             }
+
+
+def showing(progress: bool | None) -> bool:
+    """Whether a run with this ``progress`` setting shows bars and notices (``None``: where
+    someone looks, see :func:`interactive`)."""
+    return interactive() if progress is None else bool(progress)
+
+
+def notice(text: str, shown: bool, log: logging.Logger = logger) -> None:
+    """A line about the run that a person should see, with no logging set up, once.
+
+    Where bars are shown: above them (a notebook's cell output, or stderr in a terminal).
+    Else an INFO record when logging would print one (the CLI logs at INFO), or a line on
+    stderr when it would not (a script without a logging set-up, a batch job's log).
+    """
+    if not shown:
+        if log.isEnabledFor(logging.INFO) and log.hasHandlers():
+            log.info("%s", text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+        return
+    log.debug("%s", text)
+    if "ipykernel" in sys.modules:
+        print(text, flush=True)
+        return
+    from tqdm.auto import tqdm
+
+    tqdm.write(text, file=sys.stderr)
 
 
 def show_link(url: str) -> None:
@@ -90,9 +128,50 @@ def show_link(url: str) -> None:
             return
         except ImportError:
             pass
-    from tqdm.auto import tqdm
+    notice(f"Dask dashboard: {url}", shown=True)
 
-    tqdm.write(f"Dask dashboard: {url}")
+
+class _AboveBars:
+    """A stream for a logging handler: each record is written above the progress bars."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        from tqdm.auto import tqdm
+
+        tqdm.write(text, file=self.stream, end="")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def logs_above_bars(names: Sequence[str] = ("", "distributed")) -> Any:
+    """While bars are drawn on a terminal, log records go above them, not through them.
+
+    The console handlers of the loggers ``names`` (the root logger and distributed's own,
+    which does not propagate) and Python's last-resort handler keep their level, format
+    and filters; only their stream is wrapped (tqdm's ``logging_redirect_tqdm`` replaces
+    the handlers and loses the level distributed sets on its own).
+    """
+    swapped: list[tuple[logging.StreamHandler, Any]] = []
+    for name in names:
+        for handler in logging.getLogger(name).handlers:
+            if (type(handler) is logging.StreamHandler
+                    and handler.stream in (sys.stderr, sys.stdout)):
+                swapped.append((handler, handler.setStream(_AboveBars(handler.stream))))
+    last_resort = logging.lastResort
+    if last_resort is not None:
+        above = logging.StreamHandler(_AboveBars(sys.stderr))
+        above.setLevel(last_resort.level)
+        logging.lastResort = above
+    try:
+        yield
+    finally:
+        logging.lastResort = last_resort
+        for handler, stream in swapped:
+            handler.setStream(stream)
 
 
 class StageBars:
@@ -106,9 +185,12 @@ class StageBars:
         from tqdm.auto import tqdm
 
         self.on_advance = on_advance
-        show = interactive() if progress is None else bool(progress)
+        show = showing(progress)
         self._lock = threading.Lock()
         self.bars: dict[int, Any] = {}
+        self._logs = contextlib.ExitStack()
+        if show and "ipykernel" not in sys.modules:
+            self._logs.enter_context(logs_above_bars())
         if show and dashboard:
             show_link(dashboard)
         width = max((len(stages[i].name) for g in plan.groups for i in g.stage_indices),
@@ -139,3 +221,4 @@ class StageBars:
         with self._lock:
             for bar in self.bars.values():
                 bar.close()
+        self._logs.close()

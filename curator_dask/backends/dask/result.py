@@ -3,9 +3,74 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from html import escape
 from typing import Any
 
 from curator_dask.backends.dask.adapter import StageCount
+
+# (key, heading) of the columns a counts table shows, in order; every key is a StageCount field.
+COUNT_COLUMNS = (("tasks_in", "tasks in"), ("tasks_out", "tasks out"), ("items_in", "items in"),
+                 ("items_out", "items out"), ("rows_dropped", "rows dropped"),
+                 ("filtered", "tasks filtered"), ("failed", "tasks failed"),
+                 ("seconds", "busy s"))
+COUNTS_LEGEND = ("items: rows of document batches, files of file groups; rows dropped: rows a "
+                 "stage that maps document batches to document batches did not pass on; tasks "
+                 "filtered: tasks a stage returned None for; busy s: the stage's own processing "
+                 "time, summed over workers")
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key, 0)
+    return f"{float(value or 0):.2f}" if key == "seconds" else str(value)
+
+
+class CountsTable(list):
+    """One dict per stage (``stage`` plus every :class:`StageCount` field): a plain list for
+    ``pandas.DataFrame`` and JSON, that prints as an aligned table and renders as an HTML
+    table in Jupyter.
+
+    Example:
+        >>> table = CountsTable([{"stage": "reader", **asdict(StageCount(
+        ...     tasks_in=1, tasks_out=2, items_in=2, items_out=40, seconds=0.5))},
+        ...     {"stage": "keep_long", **asdict(StageCount(
+        ...     tasks_in=2, tasks_out=2, items_in=40, items_out=31, rows_dropped=9))}])
+        >>> print(table)
+        stage      tasks in  tasks out  items in  items out  rows dropped  tasks filtered  tasks failed  busy s
+        reader            1          2         2         40             0               0             0    0.50
+        keep_long         2          2        40         31             9               0             0    0.00
+        >>> table[1]["rows_dropped"], isinstance(table, list)
+        (9, True)
+    """  # noqa: E501 (the table as it prints)
+
+    def lines(self) -> list[str]:
+        """The header and one line per stage, columns aligned (numbers right-aligned)."""
+        rows = [[str(r.get("stage", ""))] + [_cell(r, key) for key, _ in COUNT_COLUMNS]
+                for r in self]
+        header = ["stage"] + [heading for _, heading in COUNT_COLUMNS]
+        widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+
+        def fmt(line: list[str]) -> str:
+            cells = [line[0].ljust(widths[0])]
+            cells += [v.rjust(w) for v, w in zip(line[1:], widths[1:], strict=True)]
+            return "  ".join(cells).rstrip()
+
+        return [fmt(header)] + [fmt(line) for line in rows]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines()) if self else "(no stages)"
+
+    __repr__ = __str__
+
+    def _repr_html_(self, caption: str = "") -> str:
+        """An HTML table; ``caption`` is inserted as it is (already HTML)."""
+        head = "".join(f"<th>{escape(h)}</th>" for h in ["stage"] + [h for _, h in COUNT_COLUMNS])
+        body = "".join(
+            "<tr><td style='text-align:left'>" + escape(str(r.get("stage", ""))) + "</td>"
+            + "".join(f"<td>{_cell(r, key)}</td>" for key, _ in COUNT_COLUMNS) + "</tr>"
+            for r in self)
+        caption = f"<caption>{caption}</caption>" if caption else ""
+        return (f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f"<p><small>{escape(COUNTS_LEGEND)}</small></p>")
 
 
 class RunResult(list):
@@ -42,25 +107,14 @@ class RunResult(list):
     stage_checkpoints: dict[str, Any] | None = None
     job_id: str | None = None
 
-    def counts_table(self) -> list[dict[str, Any]]:
-        """One dict per stage, ready for ``pandas.DataFrame``."""
-        return [{"stage": name, **asdict(c)} for name, c in self.stage_counts]
+    def counts_table(self) -> CountsTable:
+        """One dict per stage, ready for ``pandas.DataFrame``; prints as an aligned table."""
+        return CountsTable({"stage": name, **asdict(c)} for name, c in self.stage_counts)
 
     def _repr_html_(self) -> str:
-        """A small per-stage table for Jupyter."""
-        from html import escape
-
-        columns = ["stage", "tasks_in", "tasks_out", "items_in", "items_out", "filtered",
-                   "failed", "seconds"]
-        head = "".join(f"<th>{c.replace('_', ' ')}</th>" for c in columns)
-        rows = []
-        for row in self.counts_table():
-            cells = [escape(str(row["stage"]))] + [
-                f"{row[c]:.2f}" if c == "seconds" else str(row[c]) for c in columns[1:]]
-            rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in cells) + "</tr>")
+        """The per-stage table for Jupyter, captioned with the sources and the wall time."""
         caption = (f"{self.num_sources} sources ({self.skipped_sources} skipped), "
                    f"{len(self)} output tasks, {self.wall_time:.2f} s")
         if self.dashboard_link:
             caption += f' &middot; <a href="{escape(self.dashboard_link)}">dashboard</a>'
-        return (f"<table><caption>{caption}</caption><thead><tr>{head}</tr></thead>"
-                f"<tbody>{''.join(rows)}</tbody></table>")
+        return self.counts_table()._repr_html_(caption)

@@ -20,9 +20,9 @@ from curator_dask.backends.base import NullObserver, RunObserver, RunOptions
 from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
 from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
-from curator_dask.backends.dask.progress import LiveProgress, StageBars
+from curator_dask.backends.dask.progress import LiveProgress, StageBars, notice, showing
 from curator_dask.backends.dask.result import RunResult
-from curator_dask.errors import ResourceUnavailableError
+from curator_dask.errors import ResourceUnavailableError, RunStopped, run_interrupted
 from curator_dask.models import is_nemo, model_of
 from curator_dask.nemo.checks import refuse_ray_only
 from curator_dask.tasks import EmptyTask
@@ -74,23 +74,51 @@ class DaskRun:
             plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict()),
             executor.settings())
         executor.stop_signal.reset()  # a stop from here on (even during start) is this run's
-        self.connect()
-        run_completed = False
         try:
-            check_resources(self.client, self.stages, self.plan)
-            self.open_checkpoint()
-            self.sources = run_head(self.stages, self.plan, initial_tasks or [EmptyTask()],
-                                    self.counts)
-            self.mark("head")
-            self.select_sources()
-            self.prepare_stage_checkpoints()
-            outputs = self.stream() if self.plan.groups and self.todo else self.todo
-            if self.completion is not None:
-                self.summary = self.completion.close()
-            run_completed = True
-        finally:
-            self.wrap_up(run_completed)
+            self.connect()
+            outputs = self.steps(initial_tasks)
+        except (RunStopped, KeyboardInterrupt) as stop:
+            self.wrap_up(run_completed=False)
+            raise self.ended(stop) from None
+        except BaseException:
+            self.wrap_up(run_completed=False)
+            raise
+        self.wrap_up(run_completed=True)
         return self.result(outputs)
+
+    def steps(self, initial_tasks: list[Any] | None) -> list[Any]:
+        """From the connected cluster to the sink's outputs and the flushed checkpoint."""
+        check_resources(self.client, self.stages, self.plan)
+        self.open_checkpoint()
+        self.sources = run_head(self.stages, self.plan, initial_tasks or [EmptyTask()],
+                                self.counts)
+        self.live.head_done({i: self.counts[i] for i in self.plan.head})
+        self.mark("head")
+        self.select_sources()
+        self.prepare_stage_checkpoints()
+        outputs = self.stream() if self.plan.groups and self.todo else self.todo
+        if self.completion is not None:
+            self.summary = self.completion.close()
+        return outputs
+
+    def ended(self, stop: BaseException) -> BaseException:
+        """The error a stopped or interrupted run ends with, counting what really completed:
+        the checkpoint's count (it includes chains that finished after the driver stopped
+        collecting) when there is one, else the sources the driver collected."""
+        summary = self.summary or {}
+        done = summary.get("completed_in_run", self.live.sources["completed"])
+        todo = len(self.todo)
+        skipped = f" ({self.skipped} were already complete)" if self.skipped else ""
+        counted = f"{done} of {todo} source partitions completed{skipped}"
+        if self.options.checkpoint_path is None:
+            after = ("this run had no checkpoint, so running it again starts over (give it a "
+                     "checkpoint_path to make it resumable)")
+        else:
+            after = (f"completions are recorded in {self.options.checkpoint_path}; run it again "
+                     "with the same checkpoint to process the rest")
+        if isinstance(stop, KeyboardInterrupt):  # uncaught in a script: this line only
+            return run_interrupted(f"Interrupted (Ctrl+C): {counted}; {after}")
+        return RunStopped(f"{stop}: stopped after {counted}; {after}")
 
     def connect(self) -> None:
         self.client = self.executor.start()
@@ -116,6 +144,8 @@ class DaskRun:
     def select_sources(self) -> None:
         """The array shard's sources, less those completed (unless their inputs changed)."""
         sources = self.sources
+        if self.completion is not None:  # every source, before the shard filter
+            self.completion.check_partitioning(self.stages[self.plan.head[-1]], sources)
         if self.options.slurm_array is not None:
             from curator_dask.slurm.array import filter_slurm_array_source_tasks
 
@@ -130,6 +160,10 @@ class DaskRun:
                     sources, self.completion.completed_ids(sources))
             self.todo, self.skipped = self.completion.open_sources(sources, reopen=changed)
             self.mark("sources_opened")
+            again = f" ({len(changed)} of them again: their inputs changed)" if changed else ""
+            notice(f"{len(sources)} source partitions: {self.skipped} already complete "
+                   f"(skipped), {len(self.todo)} to process{again}",
+                   showing(self.executor.progress), logger)
         self.live.planned(len(sources), self.skipped, len(self.todo))
         self.events.emit("sources_planned", total=len(sources), skipped=self.skipped,
                          to_process=len(self.todo),
@@ -295,15 +329,17 @@ def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
 @contextlib.contextmanager
 def performance_report(client: Any, path: str | None,
                        skip: Any = lambda: False) -> Iterator[None]:
-    """``distributed.performance_report`` for one run; a failure to save only logs a warning,
-    and ``skip()`` (a lost scheduler) leaves it unsaved rather than waiting for it."""
+    """``distributed.performance_report`` for one run, self-contained (no CDN); a failure to
+    save only logs a warning, and ``skip()`` (a lost scheduler) leaves it unsaved rather than
+    waiting for it."""
     stack = contextlib.ExitStack()
     if path:
         try:
             from distributed import performance_report as report
 
             stack.enter_context(client.as_current())
-            stack.enter_context(report(filename=path))
+            # bokeh's JavaScript inlined: the report opens on an air-gapped cluster
+            stack.enter_context(report(filename=path, mode="inline"))
         except Exception as exc:  # noqa: BLE001 (bokeh missing, or an old distributed)
             logger.warning("no Dask performance report for this run: %s", exc)
             stack.close()

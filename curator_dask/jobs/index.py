@@ -1,0 +1,129 @@
+"""The per-user job index: where each job's folder is, so the job tools work from any directory.
+
+Job folders live under a work dir that defaults to a relative path (``./curator-dask-jobs``),
+so ``status``, ``stop`` and ``report`` run from another directory would not find them. Every
+attempt of a job therefore records ``{job_id, path, started}`` in one JSON file per user:
+``$CURATOR_DASK_JOB_INDEX`` when set (the tests point it at a temporary file), else
+``$XDG_STATE_HOME/curator_dask/jobs.json`` (``~/.local/state/curator_dask/jobs.json``).
+
+The index is a convenience, never a requirement: it is rewritten atomically under a lock, a
+missing or corrupt index reads as empty, a failure to write it is logged and the run goes on,
+and entries whose folder is gone are skipped when read. It keeps the newest
+:data:`MAX_ENTRIES` jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from curator_dask.jobs.job import CONFIG_FILE
+from curator_dask.jobs.summary import SUMMARY_FILE
+
+logger = logging.getLogger(__name__)
+
+ENV_VAR = "CURATOR_DASK_JOB_INDEX"
+MAX_ENTRIES = 1000
+
+
+def index_path() -> str:
+    """Where the index is: ``$CURATOR_DASK_JOB_INDEX``, else under ``$XDG_STATE_HOME``.
+
+    Example:
+        >>> import os
+        >>> os.environ[ENV_VAR] = "/tmp/somewhere/jobs.json"
+        >>> index_path()
+        '/tmp/somewhere/jobs.json'
+        >>> del os.environ[ENV_VAR]
+    """
+    explicit = os.environ.get(ENV_VAR)
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join("~", ".local", "state")
+    return os.path.join(os.path.abspath(os.path.expanduser(state)), "curator_dask", "jobs.json")
+
+
+def read_index(path: str | None = None) -> list[dict[str, Any]]:
+    """The index's entries (newest last); ``[]`` when it is missing or unreadable."""
+    try:
+        with open(path or index_path(), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(jobs, list):
+        return []
+    return [e for e in jobs if isinstance(e, dict) and isinstance(e.get("job_id"), str)
+            and isinstance(e.get("path"), str)]
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    with open(path + ".lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def record_job(job_id: str, job_dir: str, path: str | None = None) -> bool:
+    """Add (or move to the end) the job at ``job_dir``; returns whether the index was written.
+    Never raises: a run must not fail because the index cannot be written.
+
+    Example:
+        >>> import tempfile, os
+        >>> where = os.path.join(tempfile.mkdtemp(), "jobs.json")
+        >>> record_job("j1", "/data/jobs/j1", where), [e["job_id"] for e in read_index(where)]
+        (True, ['j1'])
+    """
+    path = path or index_path()
+    job_dir = os.path.abspath(job_dir)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with _locked(path):
+            entries = [e for e in read_index(path) if e["path"] != job_dir]
+            entries.append({"job_id": job_id, "path": job_dir, "started": time.time()})
+            text = json.dumps({"version": 1, "jobs": entries[-MAX_ENTRIES:]}, indent=1)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+            os.replace(tmp, path)  # readers see the old index or the new one, never half
+        return True
+    except OSError as exc:
+        logger.warning("could not record job %s in the job index %s: %s", job_id, path, exc)
+        return False
+
+
+def indexed_jobs(path: str | None = None) -> list[dict[str, Any]]:
+    """The index's entries whose job folder still exists, newest last."""
+    return [e for e in read_index(path) if os.path.isfile(os.path.join(e["path"], CONFIG_FILE))]
+
+
+def find_job(job_id: str, work_dir: str, path: str | None = None) -> list[str]:
+    """The folders of job ``job_id``: ``<work_dir>/<job_id>`` when it is a job (it has a saved
+    configuration or a summary), else the index's folders of that id (newest first). Empty
+    when there is none.
+
+    Example:
+        >>> import tempfile, os
+        >>> from curator_dask.jobs.job import JobDirectory
+        >>> root = tempfile.mkdtemp()
+        >>> job = JobDirectory(os.path.join(root, "elsewhere"), "j2")
+        >>> job.create({}, {})
+        >>> where = os.path.join(root, "jobs.json")
+        >>> _ = record_job("j2", job.path, where)
+        >>> find_job("j2", os.path.join(root, "here"), where) == [job.path]
+        True
+    """
+    local = os.path.join(os.path.abspath(work_dir), job_id)
+    if any(os.path.isfile(os.path.join(local, name)) for name in (CONFIG_FILE, SUMMARY_FILE)):
+        return [local]
+    found = [e["path"] for e in reversed(indexed_jobs(path)) if e["job_id"] == job_id]
+    return list(dict.fromkeys(found))

@@ -1,0 +1,231 @@
+"""The partitioning record: refuse a run that groups completed input files differently.
+
+A source id hashes the paths of its partition's files (``docs/design/contract.md §1.4``), so
+another ``files_per_partition``, ``blocksize`` or file list (a changed glob, a file added in
+the middle of the sorted list with more than one file per partition) gives the same files new
+source ids. The checkpoint does not know them, the files are processed again, and every
+document of theirs is written twice (the old output files are kept, the new ones have other
+names).
+
+Each checkpointed run with file-group sources therefore records, next to the completion
+store, how its source stage grouped which files::
+
+    <checkpoint>/.curator_dask/partitioning.json
+    {"version": 1, "parameters": {"stage": ..., "files_per_partition": ..., ...},
+     "files": 16, "partitions": 8, "groups": {"<source id>": ["/abs/a.jsonl", ...], ...}}
+
+and the next run refuses (``PartitioningChangedError``, before anything is processed) when a
+file that belonged to a **completed** partition now belongs to another partition that is not
+complete. Added files that form partitions of their own (always the case with one file per
+partition), removed files, and changed parameters that keep every completed group intact are
+accepted. A checkpoint without the record (an older one, or one NeMo Curator wrote) is
+accepted and the record is written. Groups of files missing from a run are kept in the
+record, so a file that comes back is still checked. NeMo Curator reads only ``*.mdb`` files
+in ``.nemo_curator_metadata``, so the record does not affect interchange.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from curator_dask.errors import PartitioningChangedError
+from curator_dask.resumability.layout import PARTITIONING_RECORD_PATH
+
+logger = logging.getLogger(__name__)
+
+VERSION = 1
+PARAMETERS = ("files_per_partition", "blocksize", "file_paths", "file_extensions")
+_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Regrouped:
+    """One input file of a completed partition that this run puts in another partition."""
+
+    path: str
+    old: str
+    old_files: int
+    new: str
+    new_files: int
+
+
+def source_parameters(stage: Any) -> dict[str, Any]:
+    """The source stage's name, class and partitioning options, as JSON would read them back.
+
+    Example:
+        >>> from curator_dask.stages.file_partitioning import FilePartitioningStage
+        >>> p = source_parameters(FilePartitioningStage("in/", files_per_partition=2))
+        >>> p["stage"], p["type"], p["files_per_partition"], p["blocksize"]
+        ('file_partitioning', 'FilePartitioningStage', 2, None)
+    """
+    params = {"stage": getattr(stage, "name", None), "type": type(stage).__name__}
+    params.update({name: getattr(stage, name, None) for name in PARAMETERS})
+    return json.loads(json.dumps(params, default=str))
+
+
+def file_groups(sources: Sequence[Any]) -> dict[str, list[str]]:
+    """``{source id: files}`` of the sources that are file groups (either model's)."""
+    from curator_dask.models import class_named
+
+    return {t.get_source_id(): [str(p) for p in t.data] for t in sources
+            if class_named(t, "FileGroupTask") and isinstance(t.data, list)}
+
+
+def owners(groups: dict[str, list[str]]) -> dict[str, str]:
+    """``{file: source id}`` of ``groups``."""
+    return {path: sid for sid, files in groups.items() for path in files}
+
+
+def find_regrouped(old: dict[str, list[str]], new: dict[str, list[str]],
+                   completed: Any) -> list[Regrouped]:
+    """Files of completed ``old`` partitions that ``new`` puts in a partition not complete.
+
+    ``completed(ids)`` answers which of ``ids`` the checkpoint marks complete; it is called
+    once, and only when some file changed partition.
+
+    Example:
+        >>> old = {"A": ["a"], "B": ["b"]}
+        >>> new = {"AB": ["a", "b"]}
+        >>> [r.path for r in find_regrouped(old, new, lambda ids: {"A"})]
+        ['a']
+        >>> find_regrouped(old, {"A": ["a"], "B": ["b"], "C": ["c"]}, lambda ids: {"A", "B"})
+        []
+    """
+    before = owners(old)
+    moved = [(path, before[path], sid) for sid, files in new.items() for path in files
+             if path in before and before[path] != sid]
+    if not moved:
+        return []
+    done = set(completed(sorted({o for _, o, _ in moved} | {n for _, _, n in moved})))
+    return [Regrouped(path, o, len(old[o]), n, len(new[n])) for path, o, n in moved
+            if o in done and n not in done]
+
+
+def merged_groups(old: dict[str, list[str]], new: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``new``, plus the groups of ``old`` for the files this run did not see."""
+    seen = set(owners(new))
+    merged = {sid: list(files) for sid, files in new.items()}
+    for sid, files in old.items():
+        rest = [p for p in files if p not in seen]
+        if rest and sid not in merged:
+            merged[sid] = rest
+    return merged
+
+
+class PartitioningRecord:
+    """``<checkpoint>/.curator_dask/partitioning.json``, read and written through fsspec.
+
+    Example:
+        >>> record = PartitioningRecord("memory://doc-ckpt")
+        >>> record.load() is None
+        True
+        >>> record.save({"version": 1, "groups": {"A": ["a"]}})
+        >>> record.load()["groups"]
+        {'A': ['a']}
+    """
+
+    def __init__(self, checkpoint_url: str, storage_options: dict | None = None) -> None:
+        self.url = f"{checkpoint_url.rstrip('/')}/{PARTITIONING_RECORD_PATH}"
+        self.fs, self.path = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+
+    def load(self) -> dict[str, Any] | None:
+        """The record, or ``None`` when there is none (or it cannot be read: a warning)."""
+        try:
+            data = json.loads(self.fs.cat_file(self.path))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            logger.warning("partitioning record %s is unreadable (%s); it is written again",
+                           self.url, exc)
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
+            logger.warning("partitioning record %s has no groups; it is written again",
+                           self.url)
+            return None
+        return data
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Replace the record atomically (a temp file and rename, or one upload)."""
+        from curator_dask.utils.atomic import write_atomic
+
+        blob = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
+        self.fs.makedirs(self.path.rsplit("/", 1)[0], exist_ok=True)
+        write_atomic(self.fs, self.path, lambda f: f.write(blob))
+
+
+def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any,
+                       checkpoint_url: str, storage_options: dict | None = None) -> None:
+    """Refuse a run that regroups files of completed partitions; record its partitioning.
+
+    ``sources`` are every source of the run (before an array shard's filter, so that each
+    shard writes the same record); ``completed(ids)`` is the checkpoint's completed lookup.
+    Sources that are not file groups are not checked and leave no record.
+    """
+    groups = file_groups(sources)
+    if not groups:
+        return
+    record = PartitioningRecord(checkpoint_url, storage_options)
+    old = record.load()
+    params = source_parameters(source_stage)
+    old_groups = old["groups"] if old is not None else {}
+    regrouped = find_regrouped(old_groups, groups, completed)
+    if regrouped:
+        raise PartitioningChangedError(
+            describe(old or {}, params, groups, regrouped, checkpoint_url))
+    merged = merged_groups(old_groups, groups)
+    if old is not None and old.get("parameters") == params and old_groups == merged:
+        return
+    record.save({"version": VERSION, "parameters": params, "files": len(owners(groups)),
+                 "partitions": len(groups), "groups": merged, "written": time.time()})
+
+
+def _changed_parameters(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return [name for name in ("type", "stage", *PARAMETERS)
+            if name in old and old.get(name) != new.get(name)]
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'' if n == 1 else 's'}"
+
+
+def _examples(paths: Iterable[str]) -> str:
+    paths = sorted(paths)
+    more = f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else ""
+    return ", ".join(paths[:_SHOWN]) + more
+
+
+def describe(old: dict[str, Any], params: dict[str, Any], groups: dict[str, list[str]],
+             regrouped: list[Regrouped], checkpoint_url: str) -> str:
+    """The refusal: what changed (old and new values), which files, and the two fixes."""
+    old_params = old.get("parameters") or {}
+    changed = _changed_parameters(old_params, params)
+    options = [n for n in changed if n in PARAMETERS]
+    what = [", ".join(f"{n} was {old_params.get(n)!r}, now {params.get(n)!r}"
+                      for n in changed)] if changed else []
+    fixes = [f"run with {', '.join(f'{n}={old_params.get(n)!r}' for n in options)} again, as "
+             "the checkpoint was made"] if options else []
+    before, now = set(owners(old.get("groups") or {})), set(owners(groups))
+    added, missing = sorted(now - before), before - now
+    if added or missing or not options:
+        what.append(f"the input file list changed ({_files(len(added))} added"
+                    + (f": {_examples(added)}" if added else "")
+                    + f"; {_files(len(missing))} of the record not in this run's input)")
+        fixes.append("restore the input file list the checkpoint was made with (and process "
+                     "new files with a checkpoint and output folder of their own)")
+    first = regrouped[0]
+    return (
+        f"the input is partitioned differently from the runs recorded in checkpoint "
+        f"{checkpoint_url}: {'; '.join(what)}. {len(regrouped)} input files of completed "
+        f"partitions now fall into other partitions (e.g. {first.path}: was in completed "
+        f"partition {first.old} of {_files(first.old_files)}, now in {first.new} of "
+        f"{_files(first.new_files)}), so they would be processed again and their output "
+        f"written twice. Nothing was processed. Either {' or '.join(fixes)}, or use a new "
+        "checkpoint path and a new output folder."
+    )
