@@ -235,10 +235,10 @@ class JobRun(RunObserver):
     def _unfinished_progress(self, state: str, error: BaseException) -> dict[str, Any]:
         """The sources and stages of an attempt that raised or stopped, from its live progress.
 
-        Nothing is in flight once the attempt has ended: with state ``failed`` the sources that
-        were in flight when it raised (the one whose stage raised, and those cancelled with it;
-        they stay pending in the checkpoint) count as failed, and ``in_flight_at_failure`` says
-        how many. Every stage of the pipeline gets a row (zeros where nothing reached it), and
+        Nothing is in flight once the attempt has ended: ``failed`` counts the sources of the
+        Dask task whose stage raised, and ``cancelled_at_end`` the sources still in flight that
+        the end of the attempt cancelled (they stay pending in the checkpoint: a resume runs
+        them again). Every stage of the pipeline gets a row (zeros where nothing reached it), and
         ``failed_stage`` names the stage that raised, when a stage did.
         """
         from dataclasses import asdict
@@ -251,9 +251,7 @@ class JobRun(RunObserver):
         out: dict[str, Any] = {}
         if sources:
             sources["in_flight"] = 0
-            if state == "failed":
-                sources["failed"] = int(sources.get("failed") or 0) + unfinished
-                out["in_flight_at_failure"] = unfinished
+            out["cancelled_at_end"] = unfinished
             out["sources"] = sources
         ran = {row.get("index"): row for row in snapshot.get("stages") or []}
         out["stages"] = [ran.get(i) or {"stage": stage.name, "index": i,

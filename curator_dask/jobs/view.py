@@ -61,18 +61,16 @@ def sources_line(summary: dict[str, Any]) -> str:
     """The sources line of ``status JOB``: counts, and while running the rate and ETA.
 
     Example:
-        >>> sources_line({"state": "failed", "in_flight_at_failure": 2, "sources": {
-        ...     "total": 8, "skipped": 0, "to_process": 8, "completed": 3, "failed": 2,
+        >>> sources_line({"state": "failed", "cancelled_at_end": 1, "sources": {
+        ...     "total": 8, "skipped": 0, "to_process": 8, "completed": 3, "failed": 1,
         ...     "in_flight": 0}})
-        'sources: 8 total, 0 skipped, 3/8 done, 2 failed (in flight when the run failed), 0 in flight'
-    """  # noqa: E501 (the line as it prints)
+        'sources: 8 total, 0 skipped, 3/8 done, 1 failed, 1 cancelled (pending), 0 in flight'
+    """
     src = summary.get("sources") or {}
     r = rates(summary)
     failed = f"{src.get('failed', 0)} failed"
-    if summary.get("in_flight_at_failure"):
-        n = summary["in_flight_at_failure"]
-        failed += (" (in flight when the run failed)" if n == src.get("failed") else
-                   f" ({n} of them in flight when the run failed)")
+    if summary.get("cancelled_at_end"):
+        failed += f", {summary['cancelled_at_end']} cancelled (pending)"
     text = (f"sources: {src.get('total', '?')} total, {src.get('skipped', 0)} skipped, "
             f"{int(src.get('completed') or 0)}/{int(src.get('to_process') or 0)} done, "
             f"{failed}, {src.get('in_flight', 0)} in flight")

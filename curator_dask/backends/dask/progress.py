@@ -64,6 +64,11 @@ class LiveProgress:
         with self._lock:
             self.sources["in_flight"] += n
 
+    def chain_raised(self, ids: list[str]) -> None:
+        """The sources of a Dask task whose stage raised (the run fails with its error)."""
+        with self._lock:
+            self.sources["failed"] += len(ids)
+
     def chunk_done(self, ids: list[str], failed: set[str], counts: dict[int, StageCount]) -> None:
         with self._lock:
             self.finished_ids.extend(ids)

@@ -113,16 +113,13 @@ def completed(done: Any, lost: Any) -> Any:
     """``(future, result)`` of chains as they finish; raises :class:`SchedulerLostError` when
     ``lost()`` says the scheduler is gone, instead of waiting for futures that cannot finish.
 
-    A chain that raised re-raises its error here; a cancelled one yields its
-    ``CancelledError`` as the result (a drain or ``stop --force`` cancelled it).
+    A chain that raised yields its ``(type, error, traceback)``, for the caller to count its
+    sources and raise; a cancelled one yields its ``CancelledError`` as the result (a drain
+    or ``stop --force`` cancelled it).
     """
     while True:
         if done.has_ready():
-            for future, result in done.next_batch(block=False):
-                if future.status == "error":
-                    _, exc, tb = result
-                    raise exc.with_traceback(tb)
-                yield future, result
+            yield from done.next_batch(block=False)
             continue
         if done.is_empty():
             return
@@ -247,6 +244,10 @@ class SourceStream:
         run = self.run_
         run.live.in_flight(-len(ids))
         future.release()
+        if future.status == "error":  # a stage raised: these sources failed, the run ends
+            run.live.chain_raised(ids)
+            _, exc, tb = result
+            raise exc.with_traceback(tb)
         if not isinstance(result, GroupResult):  # cancelled
             if getattr(result, "reason", None) == "scheduler-connection-lost":
                 # the client cancels every future the moment its scheduler connection drops
