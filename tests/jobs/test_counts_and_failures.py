@@ -148,7 +148,7 @@ def test_a_failed_cli_job_reads_well_in_status_and_report_from_anywhere(tmp_path
     assert status["job_dir"] == str(job_dir)
     src = status["sources"]
     assert (src["completed"], src["in_flight"]) == (0, 0)
-    assert src["failed"] == 1 and status["cancelled_at_end"] >= 1  # one raised, one cancelled
+    assert src["failed"] == 1  # the source whose stage raised; any other in flight: cancelled
     assert [(r["stage"], r["tasks_in"], r["tasks_out"]) for r in status["stages"]] == [
         ("file_partitioning", 1, 6), ("jsonl_reader", 0, 0), ("boom", 0, 0),
         ("jsonl_writer", 0, 0)]

@@ -243,8 +243,9 @@ class SourceStream:
         ids = self.in_flight.pop(future)
         run = self.run_
         run.live.in_flight(-len(ids))
+        raised = future.status == "error"  # before release(), which makes it "cancelled"
         future.release()
-        if future.status == "error":  # a stage raised: these sources failed, the run ends
+        if raised:  # a stage raised: these sources failed, the run ends with its error
             run.live.chain_raised(ids)
             _, exc, tb = result
             raise exc.with_traceback(tb)
