@@ -1,6 +1,8 @@
 """curator_dask: NeMo-Curator-style data-curation pipelines on Dask distributed.
 
-Public names are imported lazily, so ``python -m curator_dask --help`` stays fast.
+Public names are imported lazily, so ``python -m curator_dask --help`` stays fast. The first
+of ``Pipeline`` and ``DaskExecutor`` also starts the embedded cluster's worker server early
+(:mod:`curator_dask.backends.dask.forkserver`).
 
 Example:
     >>> from curator_dask import Pipeline, JsonlReader, JsonlWriter
@@ -68,6 +70,10 @@ def __getattr__(name: str):
     if module is None:
         msg = f"module 'curator_dask' has no attribute {name!r}"
         raise AttributeError(msg)
+    if name in ("Pipeline", "DaskExecutor"):  # a driver: its workers' server starts now
+        from curator_dask.backends.dask.forkserver import prestart_on_import
+
+        prestart_on_import()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

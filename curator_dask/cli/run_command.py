@@ -28,22 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     run.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
-    run.add_argument("--workers", type=int, metavar="N",
-                     help="worker processes of the embedded cluster (default: CPU count)")
-    run.add_argument("--threads-per-worker", type=int, metavar="N",
-                     help="threads per embedded worker (default: 1)")
-    run.add_argument("--address", metavar="ADDR",
-                     help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
-    run.add_argument("--cluster", choices=["local", "slurm", "slurm-runner"], default=None,
-                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config); "
-                          "slurm-runner: inside `srun` with 3+ tasks, rank 0 runs the "
-                          "scheduler, rank 1 this pipeline, the others workers")
-    run.add_argument("--scheduler-file", metavar="PATH",
-                     help="--cluster slurm-runner: shared scheduler file "
-                          "(default ./.curator-dask-scheduler-{job_id}.json)")
-    run.add_argument("--jobs", type=int, metavar="N", help="SLURM worker jobs (--cluster slurm)")
-    run.add_argument("--no-tls", action="store_true",
-                     help="--cluster slurm without TLS (only on a private allocation)")
+    _add_cluster_arguments(run)
     run.add_argument("--checkpoint-path", metavar="PATH",
                      help="resume from and record completed sources at PATH")
     run.add_argument("--job-id", metavar="ID", help="name the job (default: a new UTC token)")
@@ -82,6 +67,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(func=cmd_run)
 
 
+def _add_cluster_arguments(run: argparse.ArgumentParser) -> None:
+    """Where the run's Dask cluster comes from: embedded, a scheduler address, or SLURM."""
+    run.add_argument("--workers", type=int, metavar="N",
+                     help="worker processes of the embedded cluster (default: CPU count)")
+    run.add_argument("--threads-per-worker", type=int, metavar="N",
+                     help="threads per embedded worker (default: 1)")
+    run.add_argument("--address", metavar="ADDR",
+                     help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
+    run.add_argument("--cluster", choices=["local", "slurm", "slurm-runner"], default=None,
+                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config); "
+                          "slurm-runner: inside `srun` with 3+ tasks, rank 0 runs the "
+                          "scheduler, rank 1 this pipeline, the others workers")
+    run.add_argument("--scheduler-file", metavar="PATH",
+                     help="--cluster slurm-runner: shared scheduler file "
+                          "(default ./.curator-dask-scheduler-{job_id}.json)")
+    run.add_argument("--jobs", type=int, metavar="N", help="SLURM worker jobs (--cluster slurm)")
+    run.add_argument("--adapt", metavar="MIN:MAX",
+                     help="--cluster slurm: scale between MIN and MAX worker jobs (instead of "
+                          "--jobs): jobs are asked for while sources wait and released when "
+                          "idle (config slurm.adapt-idle-timeout, 60 s); MIN 0 starts none")
+    run.add_argument("--no-tls", action="store_true",
+                     help="--cluster slurm without TLS (only on a private allocation)")
+
+
 def _print_summary(result) -> None:
     """Print the per-stage counts table, the totals and the job id of a finished run."""
     import textwrap
@@ -93,7 +102,8 @@ def _print_summary(result) -> None:
         return
     print(table)
     print(textwrap.fill(f"({COUNTS_LEGEND})", width=100))
-    print(f"{result.num_sources} sources, {len(result)} output tasks, {result.wall_time:.2f} s")
+    print(f"{result.num_sources} sources, {result.num_outputs} output tasks, "
+          f"{result.wall_time:.2f} s")
     if result.job_id:
         print(f"job {result.job_id}")
 
@@ -146,13 +156,57 @@ def _executor(args: argparse.Namespace):
         address=args.address,
         cluster=args.cluster if args.cluster in ("slurm", "slurm-runner") else None,
         jobs=args.jobs,
+        adapt=parse_adapt(args.adapt),
         tls=False if args.no_tls else None,
         scheduler_file=args.scheduler_file,
         n_workers=args.workers,
         threads_per_worker=args.threads_per_worker,
         progress=False if args.no_progress else None,
         fuse=False if args.no_fuse else None,
+        keep_outputs=False,  # the command prints counts: the driver holds no output task
     )
+
+
+def parse_adapt(text: str | None) -> tuple[int, int] | None:
+    """``--adapt MIN:MAX`` as ``(MIN, MAX)``; a bad value is a :class:`UsageError`.
+
+    Example:
+        >>> parse_adapt("0:4")
+        (0, 4)
+        >>> parse_adapt(None) is None
+        True
+    """
+    if text is None:
+        return None
+    low, sep, high = text.partition(":")
+    try:
+        pair = (int(low), int(high)) if sep else None
+    except ValueError:
+        pair = None
+    if pair is None:
+        raise UsageError(f"--adapt {text}: expected MIN:MAX, two whole numbers of SLURM worker "
+                         "jobs, e.g. --adapt 0:4")
+    from curator_dask.slurm.cluster import check_adapt
+
+    try:
+        return check_adapt(pair, given=f"--adapt {text}")
+    except ValueError as exc:
+        fix = str(exc).replace("(minimum, maximum)", "MIN:MAX")
+        raise UsageError(fix.replace(f"({pair[1]}, {pair[0]})",
+                                     f"--adapt {pair[1]}:{pair[0]}")) from None
+
+
+def _check_adapt_option(args: argparse.Namespace) -> None:
+    """``--adapt`` goes with ``--cluster slurm``, not with ``--jobs``, and its value parses."""
+    if args.adapt is None:
+        return
+    if args.cluster != "slurm":
+        raise UsageError(f"--adapt {args.adapt} needs --cluster slurm")
+    if args.jobs is not None:
+        raise UsageError(f"--adapt {args.adapt} and --jobs {args.jobs} exclude each other: "
+                         "--jobs keeps a fixed number of worker jobs, --adapt lets it follow "
+                         "the work; pass only one of them")
+    parse_adapt(args.adapt)
 
 
 def _drain_on_signals(executor) -> None:
@@ -183,6 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--scheduler-file needs --cluster slurm-runner")
     if args.jobs is not None and args.cluster != "slurm":
         raise UsageError("--jobs needs --cluster slurm")
+    _check_adapt_option(args)
     if args.cluster in ("slurm", "slurm-runner") and args.address:
         raise UsageError("--cluster slurm starts its own scheduler; drop --address")
     if args.cluster in ("slurm", "slurm-runner") and not importlib.util.find_spec("dask_jobqueue"):

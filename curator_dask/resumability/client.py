@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from curator_dask.resumability.counters import source_deltas
+from curator_dask.resumability.counters import set_source_id, source_deltas
 from curator_dask.resumability.plugin import CompletionPlugin, handler_names
 from curator_dask.utils.files import is_remote_url
 
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from curator_dask.tasks import Task
 
 logger = logging.getLogger(__name__)
+
+CHECK_BLOCK = 50_000  # source ids per "which are complete?" call to the scheduler
 
 
 class CheckpointError(RuntimeError):
@@ -91,17 +93,37 @@ class CompletionClient:
         check_partitioning(source_stage, sources, self.completed_source_ids,
                            self.checkpoint_url, self.storage_options)
 
-    def open_sources(self, sources: list[Task], reopen: list[str] | None = None
-                     ) -> tuple[list[Task], int]:
+    def open_sources(self, sources: list[Task], reopen: list[str] | None = None, *,
+                     now: bool = True) -> tuple[list[Task], int]:
         """Drop completed sources, open the rest; returns ``(to process, skipped count)``.
 
-        Sources in ``reopen`` are processed again although complete (changed inputs).
+        Sources in ``reopen`` are processed again although complete (changed inputs). With
+        ``now=False`` the rest are opened later, by :meth:`open_block` just before they are
+        submitted, so that the plugin holds counters only for the sources sent.
         """
-        opened = source_deltas(sources)
-        completed = set(self._call("open_sources", sources=[[t, s] for t, s, _ in opened],
-                                   reopen=list(reopen or ())))
+        if now:
+            opened = source_deltas(sources)
+            completed = set(self._call("open_sources", sources=[[t, s] for t, s, _ in opened],
+                                       reopen=list(reopen or ())))
+            del opened
+        else:  # only ask which are complete, in blocks: small messages at 10^6 sources
+            if reopen:
+                self._call("open_sources", sources=[], reopen=list(reopen), open=False)
+            # the ids first, then the calls: their transient objects do not interleave with
+            # the ids in memory (which would keep the allocator's arenas from being freed)
+            ids = [set_source_id(t) for t in sources]
+            completed = set()
+            for start in range(0, len(ids), CHECK_BLOCK):
+                completed.update(self._call("completed",
+                                            source_ids=ids[start:start + CHECK_BLOCK]))
+            del ids
         todo = [t for t in sources if t._source_id not in completed]
         return todo, len(sources) - len(todo)
+
+    def open_block(self, sources: Iterable[Task]) -> None:
+        """Open (``+1``) sources that ``open_sources(now=False)`` left to process, before any
+        of them is submitted (docs/design/contract.md §3.1: a source's ``+1`` comes first)."""
+        self._call("open_sources", sources=[[t, s] for t, s, _ in source_deltas(list(sources))])
 
     def close(self) -> dict[str, Any]:
         """Flush every completion to the store, close it, and remove the plugin."""

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import fsspec
 
+from curator_dask.resumability.completed_set import CompletedSet
 from curator_dask.resumability.layout import METADATA_DIRNAME
 from curator_dask.resumability.safe_read import is_damage
 from curator_dask.resumability.store import read_writer_files, writer_file_sizes
@@ -66,7 +67,7 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
     report = CheckpointReport(checkpoint=checkpoint, metadata_dir=shown(meta))
     sizes = writer_file_sizes(fs, meta)
     paths = list(sizes)
-    union: set[str] = set()
+    parts = []
     for path, (shown_path, ids, exc) in zip(
         paths, read_writer_files(fs, paths, remote=remote), strict=True
     ):
@@ -76,9 +77,9 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
             writer.damaged = is_damage(exc, sizes[path])
         else:
             writer.completed = len(ids)
-            union |= ids
+            parts.append(ids)
         report.writers.append(writer)
-    report.completed = sorted(union)
+    report.completed = sorted(CompletedSet.union_all(parts))
     return report
 
 

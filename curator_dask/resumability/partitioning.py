@@ -11,16 +11,23 @@ Each checkpointed run with file-group sources therefore records, next to the com
 store, how its source stage grouped which files::
 
     <checkpoint>/.curator_dask/partitioning.json
-    {"version": 1, "parameters": {"stage": ..., "files_per_partition": ..., ...},
+    {"version": 2, "parameters": {"stage": ..., "files_per_partition": ..., ...},
      "files": 16, "partitions": 8, "groups": {"<source id>": ["/abs/a.jsonl", ...], ...}}
 
-and the next run refuses (``PartitioningChangedError``, before anything is processed) when a
-file that belonged to a **completed** partition now belongs to another partition that is not
-complete. Added files that form partitions of their own (always the case with one file per
-partition), removed files, and changed parameters that keep every completed group intact are
-accepted. A checkpoint without the record (an older one, or one NeMo Curator wrote) is
-accepted and the record is written. Groups of files missing from a run are kept in the
-record, so a file that comes back is still checked. NeMo Curator reads only ``*.mdb`` files
+``groups`` leaves out the partitions of one file whose source id is the hash of that file
+(``get_deterministic_hash([path])``, a ``FileGroupTask``'s own id): with one file per
+partition, the default, that is every partition, and a record of 10^6 files would otherwise
+be ~100 MB. A file that ``groups`` does not name is taken to have been such a partition, so
+its old source id is known without the record. The next run refuses
+(``PartitioningChangedError``, before anything is processed) when a file that belonged to a
+**completed** partition now belongs to another partition that is not complete: a file named
+in ``groups`` under another id, or a file of a new partition of several files whose
+single-file id is complete. Added files that form partitions of their own (always the case
+with one file per partition), removed files, and changed parameters that keep every completed
+group intact are accepted. A checkpoint without the record (an older one, or one NeMo Curator
+wrote) is accepted and the record is written. Groups of files missing from a run are kept in the
+record, so a file that comes back is still checked. A version 1 record (every group listed)
+is read the same way and rewritten compact. NeMo Curator reads only ``*.mdb`` files
 in ``.nemo_curator_metadata``, so the record does not affect interchange.
 """
 
@@ -40,7 +47,7 @@ from curator_dask.resumability.layout import PARTITIONING_RECORD_PATH
 
 logger = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2
 PARAMETERS = ("files_per_partition", "blocksize", "file_paths", "file_extensions")
 _SHOWN = 3
 
@@ -78,17 +85,56 @@ def file_groups(sources: Sequence[Any]) -> dict[str, list[str]]:
             if class_named(t, "FileGroupTask") and isinstance(t.data, list)}
 
 
+def single_file_id(path: str) -> str:
+    """The source id of a partition of ``path`` alone (docs/design/contract.md §1.4, §1.5).
+
+    Example:
+        >>> single_file_id("/data/in/a.jsonl")
+        '1f82e4a37355'
+    """
+    from curator_dask.lineage import get_deterministic_hash
+
+    return get_deterministic_hash([path])
+
+
+def _own_id_types(sources: Sequence[Any], groups: dict[str, list[str]]) -> set[type]:
+    """The task classes whose single-file partitions have the file's own hash as their source
+    id: ``FileGroupTask``'s ``get_deterministic_id`` (either model), checked on one task."""
+    found: set[type] = set()
+    rejected: set[type] = set()
+    for task in sources:
+        kind = type(task)
+        if kind in found or kind in rejected or not isinstance(task.data, list) or len(
+                task.data) != 1:
+            continue
+        method = getattr(kind, "get_deterministic_id", None)
+        sid = task.get_source_id()
+        own = (getattr(method, "__qualname__", "") == "FileGroupTask.get_deterministic_id"
+               and sid in groups and sid == single_file_id(str(task.data[0])))
+        (found if own else rejected).add(kind)
+    return found
+
+
+def to_record(sources: Sequence[Any], groups: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``groups`` less the single-file partitions whose id is their file's own hash."""
+    own = _own_id_types(sources, groups)
+    kept = (t.get_source_id() for t in sources if not (type(t) in own and len(t.data) == 1))
+    return {sid: groups[sid] for sid in kept if sid in groups}
+
+
 def owners(groups: dict[str, list[str]]) -> dict[str, str]:
     """``{file: source id}`` of ``groups``."""
     return {path: sid for sid, files in groups.items() for path in files}
 
 
 def find_regrouped(old: dict[str, list[str]], new: dict[str, list[str]],
-                   completed: Any) -> list[Regrouped]:
+                   completed: Any, *, implied: bool = False) -> list[Regrouped]:
     """Files of completed ``old`` partitions that ``new`` puts in a partition not complete.
 
     ``completed(ids)`` answers which of ``ids`` the checkpoint marks complete; it is called
-    once, and only when some file changed partition.
+    once, and only when some file changed partition. With ``implied`` (``old`` is a record
+    that leaves out single-file partitions), a file of a new partition of several files that
+    ``old`` does not name was in the partition :func:`single_file_id` names, if any.
 
     Example:
         >>> old = {"A": ["a"], "B": ["b"]}
@@ -101,20 +147,26 @@ def find_regrouped(old: dict[str, list[str]], new: dict[str, list[str]],
     before = owners(old)
     moved = [(path, before[path], sid) for sid, files in new.items() for path in files
              if path in before and before[path] != sid]
+    if implied:
+        moved += [(path, single_file_id(path), sid) for sid, files in new.items()
+                  if len(files) > 1 for path in files if path not in before]
     if not moved:
         return []
     done = set(completed(sorted({o for _, o, _ in moved} | {n for _, _, n in moved})))
-    return [Regrouped(path, o, len(old[o]), n, len(new[n])) for path, o, n in moved
+    return [Regrouped(path, o, len(old.get(o, [path])), n, len(new[n])) for path, o, n in moved
             if o in done and n not in done]
 
 
-def merged_groups(old: dict[str, list[str]], new: dict[str, list[str]]) -> dict[str, list[str]]:
-    """``new``, plus the groups of ``old`` for the files this run did not see."""
-    seen = set(owners(new))
+def merged_groups(old: dict[str, list[str]], new: dict[str, list[str]],
+                  seen: set[str] | None = None) -> dict[str, list[str]]:
+    """``new``, plus the groups of ``old`` for the files this run did not see (``seen``, by
+    default the files of ``new``), less single-file groups named by their file's own hash."""
+    seen = set(owners(new)) if seen is None else seen
     merged = {sid: list(files) for sid, files in new.items()}
     for sid, files in old.items():
         rest = [p for p in files if p not in seen]
-        if rest and sid not in merged:
+        if rest and sid not in merged and not (
+                len(files) == 1 and len(rest) == 1 and sid == single_file_id(rest[0])):
             merged[sid] = rest
     return merged
 
@@ -175,15 +227,17 @@ def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any
     old = record.load()
     params = source_parameters(source_stage)
     old_groups = old["groups"] if old is not None else {}
-    regrouped = find_regrouped(old_groups, groups, completed)
+    regrouped = find_regrouped(old_groups, groups, completed, implied=old is not None)
     if regrouped:
         raise PartitioningChangedError(
             describe(old or {}, params, groups, regrouped, checkpoint_url))
-    merged = merged_groups(old_groups, groups)
-    if old is not None and old.get("parameters") == params and old_groups == merged:
+    seen = set(owners(groups))
+    merged = merged_groups(old_groups, to_record(sources, groups), seen)
+    new = {"version": VERSION, "parameters": params, "files": len(seen),
+           "partitions": len(groups), "groups": merged}
+    if old is not None and all(old.get(k) == v for k, v in new.items()):
         return
-    record.save({"version": VERSION, "parameters": params, "files": len(owners(groups)),
-                 "partitions": len(groups), "groups": merged, "written": time.time()})
+    record.save({**new, "written": time.time()})
 
 
 def _changed_parameters(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -212,7 +266,8 @@ def describe(old: dict[str, Any], params: dict[str, Any], groups: dict[str, list
     fixes = [f"run with {', '.join(f'{n}={old_params.get(n)!r}' for n in options)} again, as "
              "the checkpoint was made"] if options else []
     before, now = set(owners(old.get("groups") or {})), set(owners(groups))
-    added, missing = sorted(now - before), before - now
+    # a regrouped file was in a completed partition (named, or of that file alone): not added
+    added, missing = sorted(now - before - {r.path for r in regrouped}), before - now
     if added or missing or not options:
         what.append(f"the input file list changed ({_files(len(added))} added"
                     + (f": {_examples(added)}" if added else "")

@@ -27,6 +27,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from curator_dask.resumability.completed_set import CompletedSet
 from curator_dask.resumability.counters import CounterBook
 from curator_dask.resumability.store import CompletionStore
 
@@ -40,6 +41,20 @@ def handler_names(run_id: str) -> dict[str, str]:
     """Scheduler handler names of one run's plugin."""
     ops = ("open_sources", "completed", "flush", "close")
     return {op: f"curator_dask_{op}_{run_id}" for op in ops}
+
+
+def forget_events(scheduler: Any) -> None:
+    """Drop the delta messages the scheduler keeps under our topic.
+
+    The scheduler's event broker keeps the last ``distributed.scheduler.events-log-length``
+    (100,000) messages of every topic for ``get_events``; a delta message is only for the
+    plugins, which have all seen it by the time one of them runs (the broker calls them in
+    turn as it publishes), so keeping them would hold every source's deltas in the
+    scheduler's memory for nothing.
+    """
+    broker = getattr(scheduler, "_broker", None)
+    if broker is not None and hasattr(broker, "truncate"):
+        broker.truncate(TOPIC)
 
 
 class CompletionPlugin(SchedulerPlugin):
@@ -93,7 +108,7 @@ class CompletionPlugin(SchedulerPlugin):
         scheduler.handlers[names["flush"]] = self.flush
         scheduler.handlers[names["close"]] = self.close_handler
 
-    def _open_store(self) -> tuple[CompletionStore, set[str]]:
+    def _open_store(self) -> tuple[CompletionStore, CompletedSet]:
         store = CompletionStore(
             self.checkpoint_url, writer_id=self.writer_id, storage_options=self.storage_options,
             staged=self.staged, publish_interval=self.publish_interval,
@@ -140,22 +155,26 @@ class CompletionPlugin(SchedulerPlugin):
 
     # -- counting ---------------------------------------------------------------------------
     def completed_among(self, comm: Any = None, source_ids: list | None = None) -> list[str]:
-        """The ids among ``source_ids`` that the checkpoint marks complete."""
-        return [sid for sid in source_ids or () if self.book.is_completed(sid)]
+        """The ids among ``source_ids`` that the checkpoint marks complete (one vectorised
+        lookup)."""
+        return self.book.completed.among([str(s) for s in source_ids or ()])
 
     def open_sources(self, comm: Any = None, sources: list | None = None,
-                     reopen: list | None = None) -> list[str]:
+                     reopen: list | None = None, open: bool = True) -> list[str]:  # noqa: A002
         """Given ``[(task_id, source_id), ...]``: return the completed source ids and open the
-        others with ``+1``. Sources in ``reopen`` are processed again even if complete (their
-        input changed); they are recorded complete again when they finish."""
+        others with ``+1`` (with ``open=False``, later, a block at a time just before they are
+        submitted: the counters of sources not yet sent hold no memory). Sources in ``reopen``
+        are processed again even if complete (their input changed); they are recorded complete
+        again when they finish."""
         try:
-            for sid in reopen or ():
-                self.book.completed.discard(sid)
-            completed = [sid for _, sid in sources or [] if self.book.is_completed(sid)]
-            done = set(completed)
-            opened = [(str(t), str(s), 1) for t, s in sources or [] if s not in done]
-            self._apply(opened)
-            return completed
+            self.book.reopen(str(s) for s in reopen or ())
+            sources = sources or []
+            sids = [str(s) for _, s in sources]
+            hits = self.book.completed.mask(sids).tolist()  # one lookup for the batch
+            if open:
+                self._apply([(str(t), sid, 1) for (t, _), sid, hit in zip(
+                    sources, sids, hits, strict=True) if not hit], opening=True)
+            return [sid for sid, hit in zip(sids, hits, strict=True) if hit]
         except Exception:
             self.errors.append(traceback.format_exc())
             raise
@@ -172,11 +191,13 @@ class CompletionPlugin(SchedulerPlugin):
             self._apply(deltas)
         except Exception:  # noqa: BLE001 (distributed's event broker would swallow it)
             self.errors.append(traceback.format_exc())
+        finally:
+            forget_events(self.scheduler)
 
-    def _apply(self, deltas: list[tuple[str, str, int]]) -> None:
+    def _apply(self, deltas: list[tuple[str, str, int]], *, opening: bool = False) -> None:
         if self._closed:
             return  # like NeMo Curator's closed actor: late deltas are dropped
-        done, undone = self.book.apply(deltas)
+        done, undone = self.book.apply(deltas, opening=opening)
         self.completed_in_run += len(done) - len(undone)
         if done or undone:
             with self._cv:

@@ -1,19 +1,23 @@
-"""Crash-proof reads of LMDB writer files: one child process reads them, file after file.
+"""Crash-proof reads of LMDB writer files: a child process reads them, file after file.
 
 See docs/design/contract.md §4.3. LMDB memory-maps a file and trusts its page numbers, so a
 truncated file or a scrambled page makes the reading process die of ``SIGBUS`` or ``SIGSEGV``
 rather than raise. :class:`SafeReader` therefore reads writer files in a fresh ``python -c``
 child (never a fork: the driver and the scheduler run threads), which streams each file's ids
-back as one pickled frame while it already reads the next. When the child dies, the file it was
-reading is reported damaged (:class:`ReaderCrashedError`) and a new child takes the rest, so
-the normal case costs one process start. If no child can be started at all, files are read in
-this process, as before, with a warning.
+back as one pickled frame while it already reads the next: packed (:func:`pack_keys`; 12-hex ids
+as 6 bytes each, parsed by the child) and turned into a ``CompletedSet`` here. When the child
+dies, the file it was reading is reported damaged (:class:`ReaderCrashedError`) and a new child
+takes the rest, so the normal case costs one process start (``store.read_writer_files`` runs
+two such readers side by side for many files). If no child can be started at all, files are
+read in this process, as before, with a warning.
 
-This module imports only the standard library and ``lmdb``: the child imports it.
+This module imports only the standard library and ``lmdb`` (``completed_set``, which imports
+numpy, only in the parent, when it unpacks): the child imports it.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
 import os
@@ -24,8 +28,12 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import lmdb
+
+if TYPE_CHECKING:
+    from curator_dask.resumability.completed_set import CompletedSet
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +45,10 @@ _READ, _PROBE = b"r", b"w"
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _CHILD = ("import sys; sys.path.insert(0, {root!r}); "
           "from curator_dask.resumability.safe_read import serve; serve()")
-# The outcome of one file: its ids, or the error that made it unreadable.
-Outcome = tuple[set[str] | None, BaseException | None]
+HEX_DIGITS = b"0123456789abcdef"
+MAX_HEX = 12  # as completed_set.MAX_HEX: longer ids are sent as they are
+# The outcome of one file: its ids (a CompletedSet), or the error that made it unreadable.
+Outcome = tuple["CompletedSet | None", BaseException | None]
 
 
 class ReaderCrashedError(lmdb.Error):
@@ -51,7 +61,7 @@ def open_writer_env(path: str) -> lmdb.Environment:
                      metasync=False, sync=True, readahead=False)
 
 
-def _completed_list(path: str) -> list[str]:
+def _keys(path: str) -> list[bytes]:
     env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=1)
     try:
         try:
@@ -59,9 +69,34 @@ def _completed_list(path: str) -> list[str]:
         except lmdb.NotFoundError:
             return []
         with env.begin() as txn, txn.cursor(db=db) as cur:
-            return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
+            return list(cur.iternext(keys=True, values=False))
     finally:
         env.close()
+
+
+def pack_keys(keys: list[bytes]) -> tuple:
+    """One file's keys as the reader process sends them: ``("hex", length, bytes.fromhex(...))``
+    when every key is ``length`` (1-12) lowercase hex characters, the common case, parsed in the
+    child so that two of them share the work; else ``("raw", joined keys, their lengths)``.
+    ``completed_set.unpack_keys`` reads either.
+
+    Example:
+        >>> pack_keys([b"0a", b"ff"]), pack_keys([b"abc"])
+        (('hex', 2, b'\\n\\xff'), ('hex', 3, b'\\n\\xbc'))
+        >>> pack_keys([b"a", b"xyz"])[:2]
+        ('raw', b'axyz')
+    """
+    joined = b"".join(keys)
+    length = len(keys[0]) if keys else 0
+    if (0 < length <= MAX_HEX and len(joined) == length * len(keys)
+            and max(map(len, keys)) == length and not joined.translate(None, HEX_DIGITS)):
+        pad = b"0" if length % 2 else b""  # an odd length gets a leading zero digit
+        return "hex", length, bytes.fromhex((pad + pad.join(keys)).decode("ascii"))
+    return "raw", joined, array.array("I", map(len, keys)).tobytes()
+
+
+def _completed_list(path: str) -> list[str]:
+    return [k.decode() for k in _keys(path)]
 
 
 def read_completed(path: str) -> set[str]:
@@ -73,10 +108,11 @@ def read_completed(path: str) -> set[str]:
     return set(_completed_list(path))
 
 
-def probe_writable(path: str) -> list[str]:
+def probe_writable(path: str) -> list[bytes]:
     """Read ``path``, then open it as its writer would and put one key in a transaction that is
-    aborted, so the pages a write walks are touched too; the file is not changed."""
-    ids = _completed_list(path)
+    aborted, so the pages a write walks are touched too; the file is not changed. Returns the
+    keys."""
+    ids = _keys(path)
     env = open_writer_env(path)
     try:
         txn = env.begin(write=True)
@@ -120,8 +156,8 @@ def serve() -> None:
         request = _read_exact(inp, _LEN.unpack(head)[0]) or b""
         mode, path = request[:1], os.fsdecode(request[1:])
         try:
-            ids = probe_writable(path) if mode == _PROBE else _completed_list(path)
-            _send_frame(out, ("ok", ids))
+            keys = probe_writable(path) if mode == _PROBE else _keys(path)
+            _send_frame(out, ("ok", pack_keys(keys)))
         except Exception as exc:  # noqa: BLE001 (sent to the parent, which decides)
             _send_frame(out, ("error", exc))
 
@@ -162,9 +198,17 @@ def truncation_hint(path: str) -> str:
     return f" (truncated? {size} bytes, its meta page records {need})" if size < need else ""
 
 
+def unpacked(packed: tuple) -> CompletedSet:
+    """The ``CompletedSet`` of one file's packed keys (``UnicodeDecodeError`` for a key that is
+    not UTF-8: the file is damaged)."""
+    from curator_dask.resumability.completed_set import CompletedSet, unpack_keys
+
+    return CompletedSet.from_codes(*unpack_keys(packed))
+
+
 def _read_here(mode: bytes, path: str) -> Outcome:
     try:
-        return set(probe_writable(path) if mode == _PROBE else _completed_list(path)), None
+        return unpacked(pack_keys(probe_writable(path) if mode == _PROBE else _keys(path))), None
     except (lmdb.Error, OSError, UnicodeDecodeError) as exc:
         return None, exc
 
@@ -182,7 +226,7 @@ class SafeReader:
         >>> env.close()
         >>> with SafeReader() as reader:
         ...     list(reader.read_all([path, OSError("download failed")]))
-        [({'abc'}, None), (None, OSError('download failed'))]
+        [(CompletedSet(['abc']), None), (None, OSError('download failed'))]
     """
 
     def __init__(self) -> None:
@@ -242,7 +286,12 @@ class SafeReader:
             frame = self._receive() if sent else None
             if frame is not None:
                 status, value = frame
-                return (set(value), None) if status == "ok" else (None, value)
+                if status != "ok":
+                    return None, value
+                try:
+                    return unpacked(value), None
+                except UnicodeDecodeError as exc:  # a key that is not UTF-8: damaged
+                    return None, exc
             returncode = self.close()
             if sent:  # the child died reading this file: it is damaged
                 error = ReaderCrashedError(

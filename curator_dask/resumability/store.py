@@ -4,10 +4,10 @@ See docs/design/contract.md §4.
 
 One writer file per process, ``<checkpoint>/.nemo_curator_metadata/<host>-<pid>.mdb``, named
 database ``completed_sources``, key = source id (UTF-8), value ``b"1"``. At start the store reads
-the union of every ``*.mdb`` in that directory, read in a child process
-(``safe_read.SafeReader``) so that a damaged file cannot kill this one; an unreadable or damaged
-file is skipped with a warning. A damaged file of this writer's own name (a recycled pid) is
-moved aside before the writer opens it.
+the union of every ``*.mdb`` in that directory, read in child processes
+(``safe_read.SafeReader``; two for many files) so that a damaged file cannot kill this one, into
+a compact ``CompletedSet``; an unreadable or damaged file is skipped with a warning. A damaged
+file of this writer's own name (a recycled pid) is moved aside before the writer opens it.
 
 LMDB memory-maps its file and needs a local POSIX file system. For object stores (``s3://``,
 ``memory://``, ...) and network file systems (NFS, Lustre, GPFS, ...; detected from the mount
@@ -32,16 +32,19 @@ from collections.abc import Iterable, Iterator
 import fsspec
 import lmdb
 
+from curator_dask.resumability.completed_set import CompletedSet
 from curator_dask.resumability.layout import METADATA_DIRNAME
 from curator_dask.resumability.safe_read import DB_NAME as DB_NAME
 from curator_dask.resumability.safe_read import MAP_SIZE as MAP_SIZE
-from curator_dask.resumability.safe_read import SafeReader, probe_writer_file
+from curator_dask.resumability.safe_read import SafeReader, pack_keys, probe_writer_file, unpacked
 from curator_dask.resumability.safe_read import open_writer_env as open_writer_env
 from curator_dask.resumability.safe_read import read_completed as read_completed
 from curator_dask.utils.atomic import write_atomic
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
+
+PARALLEL_READ_FILES = 16  # from this many other writer files on, two reader processes
 
 NETWORK_FS_TYPES = frozenset({
     "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "cephfs", "ceph",
@@ -109,19 +112,26 @@ def list_writer_files(fs, meta_dir: str) -> list[str]:
     return list(writer_file_sizes(fs, meta_dir))
 
 
+def reader_count(files: int) -> int:
+    """Reader processes for ``files`` writer files: two when there are many and two CPUs (each
+    parses what it reads, so a large checkpoint loads in about half the time), else one."""
+    return 2 if files >= PARALLEL_READ_FILES and (os.cpu_count() or 1) > 1 else 1
+
+
 def read_writer_files(
     fs, paths: list[str], *, remote: bool
-) -> Iterator[tuple[str, set[str] | None, BaseException | None]]:
-    """``(shown path, completed ids or None, error or None)`` for each writer file.
+) -> Iterator[tuple[str, CompletedSet | None, BaseException | None]]:
+    """``(shown path, completed ids or None, error or None)`` for each writer file, in order.
 
-    Every file is read in one child process (docs/design/contract.md §4.3), so a damaged file
-    yields ``safe_read.ReaderCrashedError`` instead of killing this process. Remote files are
-    downloaded to a temporary folder first (LMDB needs a local file), a few ahead of the reader.
+    Every file is read in a child process (docs/design/contract.md §4.3; two take turns when
+    there are many files), so a damaged file yields ``safe_read.ReaderCrashedError`` instead of
+    killing this process. Remote files are downloaded to a temporary folder first (LMDB needs a
+    local file), a few ahead of each reader.
     """
     download_dir = tempfile.mkdtemp(prefix="curator-dask-union-") if remote else None
 
-    def local_files() -> Iterator[str | BaseException]:
-        for path in paths:
+    def local_files(share: list[str]) -> Iterator[str | BaseException]:
+        for path in share:
             if download_dir is None:
                 yield path
                 continue
@@ -133,9 +143,13 @@ def read_writer_files(
             else:
                 yield local
 
+    n = reader_count(len(paths))
     try:
-        with SafeReader() as reader:
-            for path, (ids, exc) in zip(paths, reader.read_all(local_files()), strict=True):
+        with contextlib.ExitStack() as stack:
+            readers = [stack.enter_context(SafeReader()) for _ in range(n)]
+            outcomes = [r.read_all(local_files(paths[i::n])) for i, r in enumerate(readers)]
+            for i, path in enumerate(paths):
+                ids, exc = next(outcomes[i % n])
                 yield (fs.unstrip_protocol(path) if remote else path), ids, exc
     finally:
         if download_dir is not None:
@@ -150,7 +164,7 @@ class CompletionStore:
         >>> store = CompletionStore(tempfile.mkdtemp(), writer_id="doc-1")
         >>> store.add(["abc123"])
         >>> store.load_union()
-        {'abc123'}
+        CompletedSet(['abc123'])
         >>> store.close()
     """
 
@@ -216,26 +230,32 @@ class CompletionStore:
         return shown
 
     # -- reading ----------------------------------------------------------------------------
-    def own_completed(self) -> set[str]:
+    def own_completed(self) -> CompletedSet:
+        """The ids in this writer's own file (read here: it was checked before it was opened)."""
         with self.env.begin() as txn, txn.cursor(db=self.db) as cur:
-            return {bytes(k).decode() for k, _ in cur}
+            return unpacked(pack_keys(list(cur.iternext(keys=True, values=False))))
 
     def writer_files(self) -> list[str]:
         """Every writer file in the metadata directory (file-system paths), sorted."""
         return list_writer_files(self.fs, self.meta_dir)
 
-    def load_union(self) -> set[str]:
-        """Own completions plus those of every other ``*.mdb`` (unreadable files skipped)."""
-        completed = self.own_completed()
+    def load_union(self) -> CompletedSet:
+        """Own completions plus those of every other ``*.mdb`` (unreadable files skipped), as
+        a compact ``CompletedSet`` (8 bytes per hex or decimal id)."""
         self.unreadable = [self.set_aside] if self.set_aside else []
+        return CompletedSet.union_all(self._union_parts())
+
+    def _union_parts(self) -> Iterator[CompletedSet]:
+        """Each readable file's ids, one after the other (none kept here: the union is made
+        as they come)."""
+        yield self.own_completed()
         others = [p for p in self.writer_files() if p != self.remote_path]
         for shown, ids, exc in read_writer_files(self.fs, others, remote=self._is_remote()):
             if ids is None:
                 logger.warning("resumability: skipping unreadable checkpoint %s: %s", shown, exc)
                 self.unreadable.append(shown)
             else:
-                completed |= ids
-        return completed
+                yield ids
 
     def _is_remote(self) -> bool:
         return is_remote_url(self.checkpoint_url)

@@ -2,36 +2,93 @@
 
 ``SLURMCluster`` submits one SLURM job per worker. A Dask scheduler runs whatever pickled code
 reaches it, so on a shared cluster the scheduler and workers talk TLS with temporary
-credentials (``tls=False`` opts out, for example on a private allocation). dask-jobqueue does
-not replace a worker job lost to preemption, walltime or ``scancel``: the watchdog here
-re-applies the target size every few seconds, which submits a new job once distributed has
-given up on the lost one (``distributed.deploy.lost-worker-timeout``).
+credentials (``tls=False`` opts out, for example on a private allocation).
+
+Two ways to size the cluster:
+
+- ``jobs=N``, a fixed size. dask-jobqueue does not replace a worker job lost to preemption,
+  walltime or ``scancel``: the watchdog here re-applies the target size every few seconds,
+  which submits a new job once distributed has given up on the lost one
+  (``distributed.deploy.lost-worker-timeout``).
+- ``adapt=(minimum, maximum)`` worker jobs: dask-jobqueue's adaptive scaling (distributed's
+  ``Adaptive``) asks for jobs while source chains wait for a thread and releases jobs that
+  stay idle for ``slurm.adapt-idle-timeout`` seconds. A lost job stays in the cluster's plan,
+  so adaptive scaling submits it again by itself; the watchdog then only warns when jobs were
+  asked for and none has connected for ``cluster.wait-for-workers-timeout`` seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import numbers
 import os
 import tempfile
 import threading
+import time
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
+# Chains the driver keeps in flight per worker thread (its default window is 2 x threads):
+# adaptive scaling asks for a worker job for every this many chains per thread waiting.
+CHAINS_PER_THREAD = 2
+
+
+def check_adapt(adapt: Any, jobs: Any = None, *, given: str | None = None) -> tuple[int, int]:
+    """``adapt`` as ``(minimum, maximum)`` worker jobs, or ``ValueError`` naming the value
+    given and the fix. ``given`` is how the error names it (default ``adapt=...``).
+
+    Example:
+        >>> check_adapt([0, 4])
+        (0, 4)
+        >>> try:
+        ...     check_adapt((3, 1))
+        ... except ValueError as exc:
+        ...     print(str(exc).split(";")[0])
+        adapt=(3, 1): the minimum 3 is above the maximum 1
+    """
+    given = given or f"adapt={adapt!r}"
+    if jobs is not None:
+        msg = (f"{given} and jobs={jobs!r} exclude each other: jobs= keeps a fixed number of "
+               "worker jobs, adapt= lets it follow the work; pass only one of them")
+        raise ValueError(msg)
+    pair = isinstance(adapt, (tuple, list)) and len(adapt) == 2
+    if not pair or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                           for v in adapt):
+        msg = (f"{given}: expected two integers, the minimum and maximum number of worker "
+               "jobs, e.g. (0, 4)")
+        raise ValueError(msg)
+    low, high = int(adapt[0]), int(adapt[1])
+    if low < 0:
+        msg = f"{given}: the minimum must be 0 or more (0 releases every job when idle)"
+        raise ValueError(msg)
+    if high < 1:
+        msg = f"{given}: the maximum must be at least 1 worker job, got {high}"
+        raise ValueError(msg)
+    if low > high:
+        msg = (f"{given}: the minimum {low} is above the maximum {high}; give (minimum, "
+               f"maximum), e.g. ({high}, {low})")
+        raise ValueError(msg)
+    return low, high
+
 
 class SlurmClusterHandle:
-    """A dask-jobqueue ``SLURMCluster`` scaled to ``jobs`` worker jobs, kept at that size.
+    """A dask-jobqueue ``SLURMCluster`` kept at ``jobs`` worker jobs, or scaled adaptively
+    between ``adapt=(minimum, maximum)`` worker jobs.
 
     Keyword arguments go to ``SLURMCluster`` and default to dask-jobqueue's ``jobqueue.slurm``
     configuration (cores, memory, queue, walltime, interface, ...).
 
     Example:
         >>> # handle = SlurmClusterHandle(jobs=2, cores=4, memory="8GB", walltime="01:00:00")
+        >>> # handle = SlurmClusterHandle(None, adapt=(0, 8), cores=4, memory="8GB")
         >>> # client = Client(handle.cluster); ...; handle.close()
     """
 
-    def __init__(self, jobs: int, *, tls: bool = True, watchdog_interval: float | None = None,
+    def __init__(self, jobs: int | None = 1, *, adapt: tuple[int, int] | None = None,
+                 tls: bool = True, watchdog_interval: float | None = None,
                  **cluster_kwargs: Any) -> None:
         from curator_dask import config
 
@@ -41,10 +98,12 @@ class SlurmClusterHandle:
         except ImportError as exc:
             msg = ("cluster='slurm' needs dask-jobqueue: pip install 'curator_dask[slurm]'")
             raise ImportError(msg) from exc
-        if jobs < 1:
+        self.adapt = check_adapt(adapt, jobs) if adapt is not None else None
+        if self.adapt is None and (jobs is None or jobs < 1):
             msg = f"jobs must be at least 1, got {jobs}"
             raise ValueError(msg)
-        self.jobs = jobs
+        self.jobs = jobs if self.adapt is None else None
+        timing = adapt_timing() if self.adapt is not None else {}  # checked before any job
         self._tls_dir: str | None = None
         kwargs = dict(cluster_kwargs)
         if tls and "security" not in kwargs:
@@ -57,15 +116,55 @@ class SlurmClusterHandle:
             kwargs.setdefault("shared_temp_directory", self._tls_dir)
             kwargs["security"] = True
         kwargs.update(loopback_dashboards(kwargs))
+        self._worker_args = [str(a) for a in kwargs["worker_extra_args"]]
         self.cluster = SLURMCluster(**kwargs)
         self.tls = str(self.cluster.scheduler_address).startswith("tls://")
-        self.cluster.scale(jobs=jobs)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, args=(watchdog_interval,),
+        if self.adapt is None:
+            self.cluster.scale(jobs=jobs)
+            watch: Any = self._watch
+        else:
+            self.cluster.adapt(
+                Adaptive=_adaptive_class(), minimum_jobs=self.adapt[0],
+                maximum_jobs=self.adapt[1], **timing,
+                threads_per_worker=int(self.cluster._dummy_job.worker_process_threads))
+            watch = self._watch_adaptive
+        self._thread = threading.Thread(target=watch, args=(watchdog_interval,),
                                         name="curator-dask-slurm-watchdog", daemon=True)
         self._thread.start()
-        logger.info("SLURMCluster at %s (%s), %d worker jobs", self.cluster.scheduler_address,
-                    "TLS" if self.tls else "no TLS", jobs)
+        logger.info("SLURMCluster at %s (%s), %s", self.cluster.scheduler_address,
+                    "TLS" if self.tls else "no TLS", self.size)
+
+    @property
+    def size(self) -> str:
+        """The cluster's size in words: ``2 worker jobs`` or ``0 to 4 worker jobs (adaptive)``."""
+        if self.adapt is None:
+            return f"{self.jobs} worker jobs"
+        return f"{self.adapt[0]} to {self.adapt[1]} worker jobs (adaptive)"
+
+    @property
+    def threads_per_job(self) -> int:
+        """Dask worker threads one worker job offers (its processes x threads per process)."""
+        job = self.cluster._dummy_job  # what dask-jobqueue's own adapt() and scale() read
+        return int(job.worker_processes) * int(job.worker_process_threads)
+
+    @property
+    def max_threads(self) -> int:
+        """Worker threads at the cluster's full size (``jobs``, or the adaptive maximum)."""
+        jobs = self.jobs if self.adapt is None else self.adapt[1]
+        return int(jobs) * self.threads_per_job
+
+    def worker_resources(self) -> dict[str, float]:
+        """The Dask resources each worker job will offer (its ``--resources`` argument), to
+        judge the stages before any worker has joined (an adaptive cluster at 0 jobs)."""
+        args, found = self._worker_args, ""
+        for i, arg in enumerate(args):
+            if arg == "--resources" and i + 1 < len(args):
+                found = args[i + 1]
+            elif arg.startswith("--resources="):
+                found = arg.split("=", 1)[1]
+        pairs = (item.split("=", 1) for item in found.replace(",", " ").split() if "=" in item)
+        return {name.strip(): float(value) for name, value in pairs}
 
     def _watch(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -78,11 +177,88 @@ class SlurmClusterHandle:
             except Exception as exc:  # noqa: BLE001 (keep watching; report once per failure)
                 logger.warning("SLURM watchdog could not rescale: %s", exc)
 
+    def _watch_adaptive(self, interval: float) -> None:
+        """Adaptive scaling replaces lost jobs itself; warn once when jobs were asked for and
+        none has connected for ``cluster.wait-for-workers-timeout`` seconds."""
+        from curator_dask import config
+
+        timeout = float(config.get("cluster.wait-for-workers-timeout"))
+        since: float | None = None
+        warned = False
+        while not self._stop.wait(interval):
+            try:
+                asked = len(self.cluster.worker_spec)
+                running = len(self.cluster.scheduler_info.get("workers", {}))
+            except Exception:  # noqa: BLE001 (informational only)
+                continue
+            if running or not asked:
+                since, warned = None, False
+                continue
+            since = since or time.monotonic()
+            if not warned and time.monotonic() - since >= timeout:
+                warned = True
+                logger.warning(
+                    "adaptive SLURM cluster: %d worker jobs asked for, none has connected in "
+                    "%.0f s; they may be pending in the queue (squeue -n %s) or failing at "
+                    "start (see their logs)", asked, timeout, self.cluster.job_name)
+
     def close(self) -> None:
         # dask-jobqueue deletes its credential files itself (at exit); the emptied folder is
         # removed by the next cluster started here.
         self._stop.set()
         self.cluster.close()
+
+
+def adapt_timing() -> dict[str, float | int]:
+    """``Adaptive``'s ``interval`` and ``wait_count`` from the ``slurm.adapt-interval`` and
+    ``slurm.adapt-idle-timeout`` config: a job is released after about ``wait_count`` x
+    ``interval`` seconds recommended for removal (idle).
+
+    Example:
+        >>> import dask
+        >>> with dask.config.set({"curator-dask.slurm.adapt-interval": 0.5,
+        ...                       "curator-dask.slurm.adapt-idle-timeout": 2}):
+        ...     adapt_timing()
+        {'interval': 0.5, 'wait_count': 4}
+    """
+    from curator_dask import config
+
+    interval = float(config.get("slurm.adapt-interval"))
+    idle = float(config.get("slurm.adapt-idle-timeout"))
+    if interval <= 0 or idle < 0:
+        msg = (f"slurm.adapt-interval must be above 0 and slurm.adapt-idle-timeout 0 or more "
+               f"(seconds), got {interval} and {idle}")
+        raise ValueError(msg)
+    return {"interval": interval, "wait_count": max(1, math.ceil(idle / interval))}
+
+
+def _adaptive_class() -> type:
+    """distributed's ``Adaptive``, also counting the source chains waiting for a thread.
+
+    The driver keeps a window of chains in flight, never the whole backlog, so the scheduler's
+    own estimate (the queued work, done within ``distributed.adaptive.target-duration``)
+    stays small when chains are short. Here the target is also one worker for every
+    ``CHAINS_PER_THREAD`` chains per thread that are running, queued or waiting for a worker:
+    while sources wait, the cluster grows toward the maximum; at the end of a run it shrinks,
+    and idle jobs are released after ``slurm.adapt-idle-timeout`` seconds.
+    """
+    from distributed.deploy.adaptive import Adaptive
+
+    class SourceAdaptive(Adaptive):
+        def __init__(self, *args: Any, threads_per_worker: int = 1, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.threads_per_worker = threads_per_worker
+
+        async def target(self) -> int:
+            own = await super().target()
+            scheduler = getattr(self.cluster, "scheduler", None)  # in this process's loop
+            if not hasattr(scheduler, "unrunnable"):
+                return own
+            chains = (len(scheduler.queued) + len(scheduler.unrunnable)
+                      + sum(len(ws.processing) for ws in scheduler.workers.values()))
+            return max(own, math.ceil(chains / (CHAINS_PER_THREAD * self.threads_per_worker)))
+
+    return SourceAdaptive
 
 
 def loopback_dashboards(kwargs: dict[str, Any]) -> dict[str, Any]:

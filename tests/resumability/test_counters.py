@@ -434,7 +434,8 @@ class TestCounterBookDedupRewrite:
         assert book.pending == {"0": 1}
         assert book.apply([("h_t", "0", -1)]) == (["0"], [])
         assert book.completed == {"0"}
-        assert book.applied["h_t"] == -1
+        assert book.applied_delta("h_t") == -1
+        assert book.applied == {}  # a completed source's entries are retired (compact)
 
     def test_repeated_conflicting_rewrites(self) -> None:
         book = CounterBook()
@@ -444,7 +445,7 @@ class TestCounterBookDedupRewrite:
         assert book.pending == {"0": 6}
         assert book.applied["h_t"] == 5
         assert book.apply([("h_t", "0", -1)]) == (["0"], [])
-        assert book.applied["h_t"] == -1
+        assert book.applied_delta("h_t") == -1
 
 
 class TestCounterBookUncomplete:
@@ -461,7 +462,7 @@ class TestCounterBookUncomplete:
             assert book.apply([("h_late", "0", -1)]) == ([], ["0"])
         self._assert_one_removing_warning(caplog)
         assert book.completed == set()
-        assert "h_late" not in book.applied
+        assert book.applied_delta("h_late") is None
         assert "0" not in book.pending
 
     def test_rewrite_after_completion(self, caplog: pytest.LogCaptureFixture) -> None:
@@ -472,7 +473,7 @@ class TestCounterBookUncomplete:
             assert book.apply([("h_t", "0", 0)]) == ([], ["0"])
         self._assert_one_removing_warning(caplog)
         assert book.completed == set()
-        assert book.applied["h_t"] == -1  # the dropped rewrite is not recorded
+        assert book.applied_delta("h_t") == -1  # the dropped rewrite is not recorded
 
     def test_delta_for_loaded_completion(self, caplog: pytest.LogCaptureFixture) -> None:
         book = CounterBook(completed={"x"})
@@ -494,7 +495,7 @@ class TestCounterBookUncomplete:
         self._assert_one_removing_warning(caplog)
         assert book.completed == set()
         assert book.pending == {}
-        assert book.applied == {"t0": 1, "t1": -1}
+        assert [book.applied_delta(t) for t in ("t0", "t1", "t2")] == [1, -1, None]
 
     def test_same_batch_other_sources_unaffected(self) -> None:
         book = CounterBook()
@@ -519,8 +520,11 @@ class TestCounterBookUncomplete:
 # --------------------------------------------------------------------------------------------
 
 
-def _state(book: CounterBook) -> tuple[dict, set, dict]:
-    return copy.deepcopy(book.pending), set(book.completed), dict(book.applied)
+def _state(book: CounterBook, deltas: list[tuple[str, str, int]]) -> tuple[dict, set, dict]:
+    """Counts, completed set, and the delta recorded for each task id of ``deltas`` (pending
+    or retired)."""
+    applied = {t: book.applied_delta(t) for t, _, _ in deltas}
+    return copy.deepcopy(book.pending), set(book.completed), applied
 
 
 @st.composite
@@ -539,12 +543,12 @@ def delta_lists(draw: st.DrawFn) -> list[tuple[str, str, int]]:
 def test_property_applying_twice_changes_nothing(deltas: list[tuple[str, str, int]]) -> None:
     book = CounterBook()
     book.apply(deltas)
-    if {t for t, _, _ in deltas} - set(book.applied):
+    if any(book.applied_delta(t) is None for t, _, _ in deltas):
         # A dropped (anomalous) delta is not recorded, so it counts when re-sent: §3.3.
         return
-    before = _state(book)
+    before = _state(book, deltas)
     assert book.apply(deltas) == ([], [])
-    assert _state(book) == before
+    assert _state(book, deltas) == before
 
 
 @settings(max_examples=200, deadline=None)
@@ -561,7 +565,7 @@ def test_property_batch_boundaries_do_not_matter(
     for cut in [*cuts, len(deltas)]:
         split.apply(deltas[start:cut])
         start = max(start, cut)
-    assert _state(split) == _state(whole)
+    assert _state(split, deltas) == _state(whole, deltas)
 
 
 @st.composite

@@ -21,6 +21,7 @@ from curator_dask.resumability.partitioning import (
     check_partitioning,
     find_regrouped,
     merged_groups,
+    single_file_id,
 )
 from curator_dask.sample_data import generate_jsonl
 from curator_dask.stages.file_partitioning import FilePartitioningStage
@@ -81,8 +82,8 @@ def test_record_on_an_object_store(tmp_path):
     record = PartitioningRecord(url).load()
     assert record["parameters"]["files_per_partition"] == 1
     assert record["files"] == 2 and record["partitions"] == 2
-    assert sorted(record["groups"].values()) == [["/in/a"], ["/in/b"]]
-    completed = set(record["groups"])
+    assert record["groups"] == {}  # single-file partitions named by their file's hash: implied
+    completed = {single_file_id("/in/a"), single_file_id("/in/b")}
     two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
     with pytest.raises(PartitioningChangedError, match="files_per_partition was 1, now 2"):
         check(url, two, [("/in/a", "/in/b")], completed)
@@ -112,8 +113,8 @@ def test_unreadable_record_is_replaced_with_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="curator_dask"):
         check(str(ckpt), stage, [("/in/a",)], set())
     assert "is unreadable" in caplog.text
-    assert json.loads(path.read_text())["groups"] == {FakeSource("/in/a").task.get_source_id():
-                                                      ["/in/a"]}
+    assert json.loads(path.read_text())["groups"] == {}  # a valid record again
+    assert json.loads(path.read_text())["files"] == 1
 
 
 def test_sources_that_are_not_file_groups_leave_no_record(tmp_path):
@@ -123,6 +124,48 @@ def test_sources_that_are_not_file_groups_leave_no_record(tmp_path):
     check_partitioning(FilePartitioningStage(file_paths="in/"), [task],
                        lambda ids: pytest.fail("asked"), str(tmp_path))
     assert not (tmp_path / PARTITIONING_RECORD_PATH).exists()
+
+
+def test_record_leaves_out_single_file_partitions_named_by_their_hash(tmp_path):
+    """At 10^6 files a record of every group is ~100 MB; one file per partition records none."""
+    two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
+    check(str(tmp_path), two, [("/in/a", "/in/b"), ("/in/c",)], set())
+    record = PartitioningRecord(str(tmp_path)).load()
+    assert record["version"] == 2 and record["files"] == 3 and record["partitions"] == 2
+    assert list(record["groups"].values()) == [["/in/a", "/in/b"]]
+    many = [(f"/in/{i:06d}.jsonl",) for i in range(20_000)]
+    check(str(tmp_path / "many"), FilePartitioningStage(file_paths="in/"), many, set())
+    assert (tmp_path / "many" / PARTITIONING_RECORD_PATH).stat().st_size < 1_000
+
+
+def test_implied_single_file_partitions_are_still_checked(tmp_path):
+    """A file the record does not name was a partition of its own: regrouping it into a new
+    partition of several files is refused when that single-file partition completed, and
+    accepted when it did not (a new file, or one whose partition never completed)."""
+    one = FilePartitioningStage(file_paths="in/")
+    check(str(tmp_path), one, [("/in/a",), ("/in/b",), ("/in/c",)], set())
+    two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
+    done = {single_file_id("/in/a")}
+    with pytest.raises(PartitioningChangedError, match=r"1 input files of completed partitions "
+                       r"now fall into other partitions \(e\.g\. /in/a: was in completed "
+                       r"partition \w+ of 1 file, now in \w+ of 2 files\)"):
+        check(str(tmp_path), two, [("/in/a", "/in/b"), ("/in/c", "/in/d")], done)
+    check(str(tmp_path), two, [("/in/b", "/in/c"), ("/in/d", "/in/e")], done)  # accepted
+
+
+def test_a_version_1_record_is_read_and_rewritten_compact(tmp_path):
+    """Records written before single-file partitions were left out name every group."""
+    a, b = single_file_id("/in/a"), single_file_id("/in/b")
+    PartitioningRecord(str(tmp_path)).save({
+        "version": 1, "parameters": {}, "files": 3, "partitions": 2,
+        "groups": {a: ["/in/a"], b: ["/in/b"], "AB": ["/in/x", "/in/y"]}})
+    two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
+    with pytest.raises(PartitioningChangedError, match="2 input files of completed"):
+        check(str(tmp_path), two, [("/in/a", "/in/b")], {a, b})
+    check(str(tmp_path), FilePartitioningStage(file_paths="in/"), [("/in/a",)], {a, b})
+    record = PartitioningRecord(str(tmp_path)).load()
+    assert record["version"] == 2
+    assert record["groups"] == {"AB": ["/in/x", "/in/y"]}  # /in/b: implied, like /in/a
 
 
 # -- real runs -----------------------------------------------------------------------------------

@@ -419,7 +419,7 @@ class TestActorBehaviours:
             send(plugin, [("h_u", "1", 5)])
             assert plugin.book.pending == {"1": 6}
             send(plugin, [("h_u", "1", -1)])  # newest wins: 6 - 5 + (-1) = 0
-            assert plugin.book.applied["h_u"] == -1
+            assert plugin.book.applied_delta("h_u") == -1
             assert plugin.book.completed == {"0", "1"}
             await plugin.close_handler()
 

@@ -12,6 +12,9 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -193,6 +196,65 @@ def test_slurm_cluster_with_tls_replaces_a_cancelled_worker_job(tmp_path):
     assert len(result["r"]) == 12
     assert len(list((tmp_path / "output").glob("*.jsonl"))) == 12
     assert len(seen_jobs) >= 3, seen_jobs
+
+
+def test_adaptive_slurm_cluster_starts_empty_grows_and_releases_its_jobs(tmp_path):
+    """``adapt=(0, 2)``: no worker job until the run submits work, jobs while sources wait,
+    the right output, and every job released once idle (``slurm.adapt-idle-timeout``)."""
+    pytest.importorskip("dask_jobqueue")
+    import cloudpickle
+    import dask
+
+    from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
+
+    needs_cpus(2, "two 1-core SLURMCluster worker jobs at once")
+    (tmp_path / "slow_adapt_mod.py").write_text(SLOW_PIPELINE)
+    slow_mod = import_path(tmp_path / "slow_adapt_mod.py")
+    cloudpickle.register_pickle_by_value(slow_mod)  # the worker jobs cannot import it
+    generate_jsonl(str(tmp_path / "input"), files=8, docs_per_file=1, seed=7)
+    pipeline = (Pipeline(name="slurm-adapt")
+                .add_stage(JsonlReader(file_paths=str(tmp_path / "input")))
+                .add_stage(slow_mod.Slow())
+                .add_stage(JsonlWriter(path=str(tmp_path / "output"))))
+    name = f"adapt-{uuid.uuid4().hex[:8]}"
+    kwargs = {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug",
+              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
+              "scheduler_options": {"dashboard_address": None}, "python": sys.executable,
+              "job_name": name}
+    seen: set[str] = set()
+
+    def jobs_now() -> set[str]:
+        now = {line.split()[0] for line in _queued(name).splitlines()}
+        seen.update(now)
+        return now
+
+    with dask.config.set({"curator-dask.slurm.adapt-interval": 0.5,
+                          "curator-dask.slurm.adapt-idle-timeout": 2}):
+        executor = DaskExecutor(cluster="slurm", adapt=(0, 2), progress=False,
+                                cluster_kwargs=kwargs)
+        with executor:  # returns at once: minimum 0 waits for no worker
+            client = executor.start()
+            time.sleep(1.5)  # three adaptive decisions without work: still no job
+            assert jobs_now() == set() and not client.scheduler_info()["workers"]
+            result: dict = {}
+            runner = threading.Thread(
+                target=lambda: result.setdefault("r", pipeline.run(executor=executor)))
+            runner.start()
+
+            def finished() -> bool:
+                jobs_now()  # the jobs it got while sources waited
+                return not runner.is_alive()
+
+            poll_for(finished, 120,
+                     lambda: f"the adaptive run did not finish; squeue: {_queued(name)}",
+                     interval=0.2, on_timeout=lambda: subprocess.run(["scancel", "-n", name]))
+            runner.join(timeout=5)
+            # released when idle: none of the cluster's jobs is left in the queue
+            poll_for(lambda: not jobs_now() and not client.scheduler_info()["workers"], 30,
+                     lambda: f"worker jobs not released: {_queued(name)}", interval=0.2)
+    assert len(result["r"]) == 8
+    assert len(list((tmp_path / "output").glob("*.jsonl"))) == 8
+    assert len(seen) == 2, seen  # sources waited for both jobs the maximum allows
 
 
 def test_array_task_as_one_srun_step_with_slurm_runner(tmp_path):

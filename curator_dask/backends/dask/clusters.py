@@ -32,7 +32,8 @@ class ClusterSpec:
     kind: str = "local"
     address: str | None = None
     client: Any = None
-    jobs: int = 1
+    jobs: int | None = 1
+    adapt: tuple[int, int] | None = None  # (minimum, maximum) SLURM worker jobs; jobs is None
     tls: bool = True
     n_workers: int = 1
     threads_per_worker: int | None = None
@@ -53,13 +54,17 @@ class Provisioned:
 
 
 def provision(spec: ClusterSpec) -> Provisioned:
-    """Start or connect the cluster ``spec`` names and wait for its first worker."""
+    """Start or connect the cluster ``spec`` names and wait for its first worker (not for an
+    adaptive cluster of minimum 0: it asks for worker jobs once the run submits work)."""
     start = {"local": _embedded, "address": _address, "client": _given, "slurm": _slurm,
              "slurm-runner": _slurm_runner}[spec.kind]
     stack = contextlib.ExitStack()
     try:
         found = start(spec, stack)
-        found.client.wait_for_workers(1, timeout=_config.get("cluster.wait-for-workers-timeout"))
+        bound_client_log(found.client)
+        if spec.adapt is None or spec.adapt[0] > 0:
+            found.client.wait_for_workers(
+                1, timeout=_config.get("cluster.wait-for-workers-timeout"))
         if found.dashboard_on is None:  # a cluster we did not start: ask its scheduler once
             found.dashboard_on = _has_dashboard(found.client)
     except BaseException:
@@ -68,10 +73,37 @@ def provision(spec: ClusterSpec) -> Provisioned:
     return found
 
 
+def bounded_message_logs() -> Any:
+    """A ``dask.config`` context in which Dask keeps only ``cluster.message-log-length``
+    messages of each comm (and scheduler events, transitions) for debugging, instead of
+    1,000: a kept message holds every task it carried. Comms made meanwhile keep the bound.
+    """
+    import dask.config
+
+    length = _config.get("cluster.message-log-length")
+    if length is None:
+        return contextlib.nullcontext()
+    return dask.config.set({"distributed.admin.low-level-log-length": int(length)})
+
+
+def bound_client_log(client: Any) -> None:
+    """The same bound on a connected client's stream to its scheduler (made earlier)."""
+    import collections
+
+    length = _config.get("cluster.message-log-length")
+    comm = getattr(client, "scheduler_comm", None)
+    if length is not None and hasattr(comm, "recent_message_log"):
+        comm.recent_message_log = collections.deque(comm.recent_message_log,
+                                                    maxlen=int(length))
+
+
 def _embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     from distributed import Client
 
     from curator_dask.backends.dask.local import embedded_cluster
+
+    # the scheduler lives in this process: its comms to the workers keep few messages
+    stack.enter_context(bounded_message_logs())
 
     dashboard = _config.get("local-cluster.dashboard")
     if dashboard is None:  # only where someone can look at it
@@ -115,7 +147,8 @@ def _slurm(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
 
     from curator_dask.slurm.cluster import SlurmClusterHandle
 
-    handle = SlurmClusterHandle(spec.jobs, tls=spec.tls, **spec.cluster_kwargs)
+    handle = SlurmClusterHandle(spec.jobs, adapt=spec.adapt, tls=spec.tls,
+                                **spec.cluster_kwargs)
     stack.callback(handle.close)
     client = stack.enter_context(Client(handle.cluster))
     client.forward_logging("curator_dask")

@@ -36,18 +36,28 @@ class DaskExecutor(BaseExecutor):
         client: an existing ``distributed.Client`` to use (it is not closed).
         n_workers: worker processes of the embedded cluster (default: CPU count).
         threads_per_worker: threads per embedded worker (default 1).
-        max_in_flight: Dask tasks in flight (default: 2 x total worker threads).
+        max_in_flight: Dask tasks in flight (default: 2 x total worker threads; for
+            ``cluster="slurm"`` the threads of all ``jobs``, or of the ``adapt`` maximum).
         max_sources_per_task: upper bound on sources packed into one Dask task when sources
             are tiny (default: config ``execution.max-sources-per-task``, 256; 1 disables).
         fuse: fuse consecutive stages with equal resources (default: config, True).
         progress: show a progress bar (default: only when interactive).
+        keep_outputs: return the sink's output tasks (default ``True``, NeMo Curator's
+            contract; config ``execution.keep-outputs``). They are held by the driver until
+            the run ends, about 1-2 KB each; ``False`` returns an empty list with the same
+            counts (``result.num_outputs``) and keeps the driver's memory flat.
         cluster: ``"slurm"`` to start a dask-jobqueue ``SLURMCluster`` of ``jobs`` worker jobs
             (``cluster_kwargs`` go to it; defaults from the ``jobqueue.slurm`` config), with
-            TLS on unless ``tls=False``; lost worker jobs are replaced. ``"slurm-runner"``
+            TLS on unless ``tls=False``; lost worker jobs are replaced. Or ``adapt`` instead of
+            ``jobs`` for adaptive scaling. ``"slurm-runner"``
             inside an ``srun`` step of 3 or more tasks (dask-jobqueue's ``SLURMRunner``): rank
             0 runs the scheduler, rank 1 returns from :meth:`start` and runs the pipeline, the
             others run workers and never return from :meth:`start`.
         jobs: number of SLURM worker jobs (``cluster="slurm"``; default 1).
+        adapt: ``(minimum, maximum)`` SLURM worker jobs (``cluster="slurm"``, instead of
+            ``jobs``): jobs are asked for while sources wait and released after
+            ``slurm.adapt-idle-timeout`` seconds idle; with minimum 0 the cluster starts with no
+            job. ``max_in_flight`` then defaults to 2 x the threads of ``maximum`` jobs.
         tls: TLS with temporary credentials for ``cluster="slurm"`` (default: config
             ``slurm.tls``, true).
         scheduler_file: the shared scheduler file of ``cluster="slurm-runner"`` (default
@@ -74,6 +84,7 @@ class DaskExecutor(BaseExecutor):
         client: Client | None = None,
         cluster: str | None = None,
         jobs: int | None = None,
+        adapt: tuple[int, int] | None = None,
         tls: bool | None = None,
         scheduler_file: str | None = None,
         n_workers: int | None = None,
@@ -82,13 +93,15 @@ class DaskExecutor(BaseExecutor):
         max_sources_per_task: int | None = None,
         fuse: bool | None = None,
         progress: bool | None = None,
+        keep_outputs: bool | None = None,
         dashboard_address: str | None = None,
         cluster_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(config)
         _check_arguments(address, client, cluster, max_in_flight, n_workers, scheduler_file)
         self.cluster_kind = cluster or "local"
-        self.jobs = jobs if jobs is not None else 1
+        self.adapt = _check_adapt(cluster, jobs, adapt)
+        self.jobs = None if self.adapt is not None else jobs if jobs is not None else 1
         self.tls = bool(_config.get("slurm.tls", tls))
         self.address = address
         self._given_client = client
@@ -103,6 +116,7 @@ class DaskExecutor(BaseExecutor):
         )
         self.fuse = bool(_config.get("execution.fuse", fuse))
         self.progress = _config.get("execution.progress", progress)
+        self.keep_outputs = bool(_config.get("execution.keep-outputs", keep_outputs))
         self._dashboard_requested = dashboard_address is not None
         self.dashboard_address = _config.get(
             "local-cluster.dashboard-address", dashboard_address
@@ -113,6 +127,13 @@ class DaskExecutor(BaseExecutor):
         hook.install()  # NeMo's Pipeline.run(checkpoint_path=...) then runs here, not on Ray
         self._provisioned: Any = None
         self._entered = False
+        from curator_dask.backends.dask.local import prestart_workers
+
+        # the embedded workers' forkserver imports their modules while the run is prepared
+        prestart_workers(self.address is None and client is None
+                         and self.cluster_kind == "local"
+                         and self.cluster_kwargs.get("processes", True) is not False,
+                         _config.get("local-cluster.malloc-trim-threshold"))
 
     @property
     def _client(self) -> Client | None:
@@ -128,7 +149,7 @@ class DaskExecutor(BaseExecutor):
         """The executor's resolved choices (a job records them in ``resolved_config.json``)."""
         return {k: getattr(self, k) for k in (
             "cluster_kind", "address", "n_workers", "threads_per_worker", "max_in_flight",
-            "max_sources_per_task", "fuse", "drain_timeout")}
+            "max_sources_per_task", "fuse", "drain_timeout", "jobs", "adapt", "keep_outputs")}
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop starting sources; running ones get ``execution.drain-timeout`` seconds to finish.
@@ -148,11 +169,15 @@ class DaskExecutor(BaseExecutor):
                     else "address" if self.address is not None else self.cluster_kind)
             self._provisioned = provision(ClusterSpec(
                 kind=kind, address=self.address, client=self._given_client, jobs=self.jobs,
-                tls=self.tls, n_workers=self.n_workers,
+                adapt=self.adapt, tls=self.tls, n_workers=self.n_workers,
                 threads_per_worker=self.threads_per_worker,
                 dashboard_address=self.dashboard_address,
                 dashboard_requested=self._dashboard_requested,
                 scheduler_file=self.scheduler_file, cluster_kwargs=self.cluster_kwargs))
+            if kind == "slurm" and self.max_in_flight is None:
+                # Sized for the cluster's full size, not for the workers that happen to have
+                # joined when the run starts (none, for an adaptive cluster of minimum 0).
+                self.max_in_flight = 2 * self._provisioned.cluster.max_threads
             link = self.dashboard_link()
             if link:  # where progress is shown, each run shows the link with its bars
                 from curator_dask.backends.dask.progress import showing
@@ -206,6 +231,23 @@ class DaskExecutor(BaseExecutor):
 
         run = DaskRun(self, stages, options or RunOptions.plain(), observer or NullObserver())
         return run.execute(initial_tasks)
+
+
+def _check_adapt(cluster: Any, jobs: Any, adapt: Any) -> tuple[int, int] | None:
+    """``adapt`` checked (``None`` when not given): only with ``cluster="slurm"``, never
+    together with ``jobs``."""
+    if adapt is None:
+        return None
+    from curator_dask.slurm.cluster import check_adapt
+
+    if cluster != "slurm":
+        msg = (f"DaskExecutor: adapt={adapt!r} scales SLURM worker jobs; it goes with "
+               f"cluster='slurm', not cluster={cluster!r}")
+        raise ValueError(msg)
+    try:
+        return check_adapt(adapt, jobs)
+    except ValueError as exc:
+        raise ValueError(f"DaskExecutor: {exc}") from None
 
 
 def _check_arguments(address: Any, client: Any, cluster: Any, max_in_flight: Any,

@@ -41,7 +41,8 @@ class LiveProgress:
         self.counts: dict[int, StageCount] = {}
         self.sources = {"total": 0, "skipped": 0, "to_process": 0, "completed": 0,
                         "failed": 0, "in_flight": 0}
-        self.finished_ids: list[str] = []
+        self.finished_ids: list[str] = []  # only with keep_finished_ids (input checks)
+        self.keep_finished_ids = False
         self.first_submit: float | None = None
         self.stage_sources: dict[int, int] = {}  # sources that passed each stage
         self._lock = threading.Lock()
@@ -71,7 +72,8 @@ class LiveProgress:
 
     def chunk_done(self, ids: list[str], failed: set[str], counts: dict[int, StageCount]) -> None:
         with self._lock:
-            self.finished_ids.extend(ids)
+            if self.keep_finished_ids:
+                self.finished_ids.extend(ids)
             n_failed = sum(1 for sid in ids if sid in failed)
             self.sources["failed"] += n_failed
             self.sources["completed"] += len(ids) - n_failed

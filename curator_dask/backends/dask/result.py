@@ -79,6 +79,8 @@ class RunResult(list):
     Attributes:
         stage_counts: ``[(stage name, StageCount), ...]`` in pipeline order.
         num_sources: source tasks the head produced.
+        num_outputs: output tasks of the sink (also when ``keep_outputs=False`` left the list
+            empty).
         skipped_sources: sources a checkpoint marked complete (not processed again).
         checkpoint: the completion plugin's summary (completed, pending, failed sources, ...).
         timings: seconds from the start of ``execute`` to ``cluster`` (connected),
@@ -99,6 +101,7 @@ class RunResult(list):
 
     stage_counts: list[tuple[str, StageCount]]
     num_sources: int = 0
+    num_outputs: int = 0
     skipped_sources: int = 0
     checkpoint: dict[str, Any] | None = None
     timings: dict[str, float]
@@ -114,7 +117,7 @@ class RunResult(list):
     def _repr_html_(self) -> str:
         """The per-stage table for Jupyter, captioned with the sources and the wall time."""
         caption = (f"{self.num_sources} sources ({self.skipped_sources} skipped), "
-                   f"{len(self)} output tasks, {self.wall_time:.2f} s")
+                   f"{max(len(self), self.num_outputs)} output tasks, {self.wall_time:.2f} s")
         if self.dashboard_link:
             caption += f' &middot; <a href="{escape(self.dashboard_link)}">dashboard</a>'
         return self.counts_table()._repr_html_(caption)

@@ -53,9 +53,11 @@ class DaskRun:
         self.input_check: Any = None
         self.summary: dict[str, Any] | None = None
         self.scheduler_lost: str | None = None  # set when the run gave up on its scheduler
+        # The source tasks, until the stream takes them over (it lets each go once submitted):
+        # afterwards only their numbers are kept.
         self.sources: list[Any] = []
         self.todo: list[Any] = []
-        self.skipped = 0
+        self.n_sources = self.n_todo = self.skipped = 0
 
     def mark(self, name: str) -> None:
         self.timings[name] = time.perf_counter() - self.started
@@ -88,7 +90,8 @@ class DaskRun:
 
     def steps(self, initial_tasks: list[Any] | None) -> list[Any]:
         """From the connected cluster to the sink's outputs and the flushed checkpoint."""
-        check_resources(self.client, self.stages, self.plan)
+        check_resources(self.client, self.stages, self.plan,
+                        getattr(self.executor.cluster, "worker_resources", None))
         self.open_checkpoint()
         self.sources = run_head(self.stages, self.plan, initial_tasks or [EmptyTask()],
                                 self.counts)
@@ -107,7 +110,7 @@ class DaskRun:
         collecting) when there is one, else the sources the driver collected."""
         summary = self.summary or {}
         done = summary.get("completed_in_run", self.live.sources["completed"])
-        todo = len(self.todo)
+        todo = self.n_todo
         skipped = f" ({self.skipped} were already complete)" if self.skipped else ""
         counted = f"{done} of {todo} source partitions completed{skipped}"
         if self.options.checkpoint_path is None:
@@ -140,6 +143,7 @@ class DaskRun:
         check = InputCheck(options.verify_inputs, options.on_input_change,
                            options.checkpoint_path, options.checkpoint_storage_options)
         self.input_check = check if check.enabled else None
+        self.live.keep_finished_ids = self.input_check is not None  # recorded at the end
 
     def select_sources(self) -> None:
         """The array shard's sources, less those completed (unless their inputs changed)."""
@@ -158,12 +162,14 @@ class DaskRun:
             if self.input_check is not None:
                 changed = self.input_check.changed_sources(
                     sources, self.completion.completed_ids(sources))
-            self.todo, self.skipped = self.completion.open_sources(sources, reopen=changed)
+            self.todo, self.skipped = self.completion.open_sources(
+                sources, reopen=changed, now=not (self.plan.groups and sources))
             self.mark("sources_opened")
             again = f" ({len(changed)} of them again: their inputs changed)" if changed else ""
             notice(f"{len(sources)} source partitions: {self.skipped} already complete "
                    f"(skipped), {len(self.todo)} to process{again}",
                    showing(self.executor.progress), logger)
+        self.n_sources, self.n_todo = len(sources), len(self.todo)
         self.live.planned(len(sources), self.skipped, len(self.todo))
         self.events.emit("sources_planned", total=len(sources), skipped=self.skipped,
                          to_process=len(self.todo),
@@ -186,15 +192,18 @@ class DaskRun:
         from curator_dask.backends.dask.streaming import SourceStream
         from curator_dask.backends.dask.worker import StageHost
 
+        keep = self.executor.keep_outputs
         host = StageHost(self.run_id, list(self.stages), counting=self.completion is not None,
-                         checkpoints=self.planner.runtime if self.planner is not None else None)
+                         checkpoints=self.planner.runtime if self.planner is not None else None,
+                         drop_outputs_of=-1 if keep else self.plan.groups[-1].index)
         if any(is_nemo(s) for s in self.stages):
             from curator_dask.nemo.logs import forward_to_driver
 
             forward_to_driver(self.client)
         register_stage_host(self.client, host)
-        stream = SourceStream(self, host.name, self.todo)
-        bars = StageBars(self.stages, self.plan, len(self.todo), self.executor.progress,
+        todo, self.todo, self.sources = self.todo, [], []  # the stream lets each go in turn
+        stream = SourceStream(self, host.name, todo)
+        bars = StageBars(self.stages, self.plan, self.n_todo, self.executor.progress,
                          self.live.dashboard, on_advance=self.live.stage_advanced)
         try:
             with performance_report(self.client, self.options.performance_report,
@@ -249,7 +258,7 @@ class DaskRun:
         result = RunResult(outputs)
         result.stage_counts = [(s.name, self.counts[i]) for i, s in enumerate(self.stages)]
         self.events.run_totals(self.counts, summary)
-        result.num_sources = len(self.sources)
+        result.num_sources = self.n_sources
         result.skipped_sources = self.skipped
         result.checkpoint = summary
         result.stage_checkpoints = (self.events.checkpoint_summary()
@@ -258,8 +267,9 @@ class DaskRun:
         self.mark("end")
         result.timings = self.timings
         result.dashboard_link = self.executor.dashboard_link()
-        logger.info("Finished %d sources in %.2f s: %d output tasks", len(self.todo),
-                    result.wall_time, len(outputs))
+        result.num_outputs = self.counts[len(self.stages) - 1].tasks_out if self.stages else 0
+        logger.info("Finished %d sources in %.2f s: %d output tasks", self.n_todo,
+                    result.wall_time, result.num_outputs)
         return result
 
 
@@ -282,10 +292,17 @@ def register_stage_host(client: Any, host: Any, attempts: int = 3) -> None:
                            len(client.nthreads()))
 
 
-def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan) -> None:
-    """Fail fast when a fusion group needs worker resources no worker offers."""
+def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
+                    planned: Any = None) -> None:
+    """Fail fast when a fusion group needs worker resources no worker offers.
+
+    With no worker yet (an adaptive SLURM cluster of minimum 0), ``planned()`` (the resources
+    its worker jobs will offer) is judged instead.
+    """
     workers = client.scheduler_info(n_workers=-1)["workers"]
     offered = [w.get("resources") or {} for w in workers.values()]
+    if not offered and planned is not None:
+        offered = [planned()]
     for group in plan.groups:
         need = group.resource_dict
         if not need:

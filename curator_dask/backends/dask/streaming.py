@@ -7,6 +7,7 @@ flight; each finished chain submits the next. A stop request lets running chains
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -19,6 +20,9 @@ from curator_dask.backends.dask.worker import GroupResult, run_group
 from curator_dask.errors import RunStopped, SchedulerLostError
 
 logger = logging.getLogger(__name__)
+
+# Sources opened in the checkpoint at a time, ahead of their submission (one scheduler call).
+OPEN_BLOCK = 4096
 
 
 class StopSignal:
@@ -131,10 +135,14 @@ def completed(done: Any, lost: Any) -> Any:
 
 
 class WorkerWatch:
-    """``worker_lost`` events: the scheduler's worker set, compared every 2 s and at the end."""
+    """``worker_lost`` events: the scheduler's worker set, compared every 2 s and at the end.
 
-    def __init__(self, client: Any, workers: Any, emit: Any) -> None:
-        self.client, self.emit = client, emit
+    On an adaptive cluster workers leave as a matter of course (idle worker jobs are released,
+    a lost one is replaced): a worker leaving is then an INFO line, not a warning.
+    """
+
+    def __init__(self, client: Any, workers: Any, emit: Any, adaptive: bool = False) -> None:
+        self.client, self.emit, self.adaptive = client, emit, adaptive
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(set(workers),),
                                         name="curator-dask-workers", daemon=True)
@@ -148,8 +156,12 @@ class WorkerWatch:
             except Exception:  # noqa: BLE001 (the run itself reports a lost scheduler)
                 return
             for address in sorted(known - now):
-                logger.warning("worker %s left the cluster", address)
-                self.emit("worker_lost", worker=address, remaining=len(now))
+                if self.adaptive:
+                    logger.info("worker %s left the adaptive cluster", address)
+                else:
+                    logger.warning("worker %s left the cluster", address)
+                self.emit("worker_lost", worker=address, remaining=len(now),
+                          adaptive=self.adaptive)
             known = now
             if last:
                 return
@@ -172,9 +184,13 @@ class SourceStream:
         self.run_ = run
         self.client, self.plan, self.stop = run.client, run.plan, run.executor.stop_signal
         self.host = host
-        self.sources = sources
-        self.pending = iter(sources)
-        self.remaining = len(sources)
+        self.total = len(sources)
+        # taken over: each source task is let go once submitted (flat memory at 10^6 sources)
+        self.pending: collections.deque = collections.deque(sources)
+        sources.clear()
+        self.remaining = self.total
+        self.opened = 0  # sources at the front of ``pending`` opened in the checkpoint
+        self.keep_outputs = run.executor.keep_outputs
         workers = self.client.nthreads()  # {address: threads}
         threads = sum(workers.values())
         self.workers = workers
@@ -192,7 +208,8 @@ class SourceStream:
         """Submit, collect and resubmit until every source finished or a stop drained."""
         self.bars = bars
         threading.Thread(target=self._drain, name="curator-dask-drain", daemon=True).start()
-        watch = WorkerWatch(self.client, self.workers, self.run_.events.emit)
+        watch = WorkerWatch(self.client, self.workers, self.run_.events.emit,
+                            adaptive=self.run_.executor.adapt is not None)
         try:
             self.run_.mark_first_submit()
             for _ in range(self.window):
@@ -209,16 +226,20 @@ class SourceStream:
             self._ended = True
             self.stop.event.set()  # releases the drain thread
             watch.stop()
-        if self.stop.requested and self.finished < len(self.sources):
+        if self.stop.requested and self.finished < self.total:
             raise RunStopped(self.stop.reason)  # the run counts what completed, once flushed
         return self.outputs
 
     def _submit_chunk(self) -> None:
         if self.stop.event.is_set():
             return
-        chunk = list(itertools.islice(self.pending, self.sizer.next_size(self.remaining)))
-        if not chunk:
+        pending = self.pending
+        size = min(len(pending), self.sizer.next_size(self.remaining))
+        if not size:
             return
+        self._open_ahead(size)
+        chunk = [pending.popleft() for _ in range(size)]
+        self.opened -= size
         self.remaining -= len(chunk)
         previous: Any = GroupResult(batches=[[task] for task in chunk])
         planner = self.run_.planner
@@ -239,6 +260,17 @@ class SourceStream:
         self.run_.live.in_flight(len(chunk))
         self.done.add(previous)
 
+    def _open_ahead(self, size: int) -> None:
+        """Open the next block of sources in the checkpoint (one call per ``OPEN_BLOCK``)
+        when the chunk about to be submitted is not open yet."""
+        completion = self.run_.completion
+        if completion is None or self.opened >= size:
+            return
+        block = list(itertools.islice(self.pending, self.opened,
+                                      self.opened + max(size - self.opened, OPEN_BLOCK)))
+        completion.open_block(block)
+        self.opened += len(block)
+
     def _collect(self, future: Any, result: Any) -> None:
         ids = self.in_flight.pop(future)
         run = self.run_
@@ -257,7 +289,8 @@ class SourceStream:
             if not self.stop.event.is_set():  # a drain, or `stop --force` on the scheduler
                 self.stop.request("its Dask tasks were cancelled on the scheduler")
             return
-        self.outputs.extend(result.tasks())
+        if self.keep_outputs:
+            self.outputs.extend(result.tasks())
         for i, c in result.counts.items():
             run.counts[i].merge(c)
         self.sizer.observe(len(ids), result.seconds)

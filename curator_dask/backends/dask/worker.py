@@ -105,7 +105,7 @@ class StageHost(WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
 
     def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False,
-                 checkpoints: CheckpointRuntime | None = None):
+                 checkpoints: CheckpointRuntime | None = None, drop_outputs_of: int = -1):
         import cloudpickle
 
         self.run_id = run_id
@@ -115,6 +115,9 @@ class StageHost(WorkerPlugin):
         self._stages_payload = cloudpickle.dumps(stages)
         self.counting = counting
         self.checkpoints = checkpoints
+        # the index of the last fusion group when the driver does not keep the sink's outputs:
+        # its tasks are counted, then not sent back
+        self.drop_outputs_of = drop_outputs_of
         self.name = plugin_name(run_id)
 
     def setup(self, worker: Any = None) -> None:
@@ -198,6 +201,8 @@ class StageHost(WorkerPlugin):
         now = time.time()
         out.ended.update(dict.fromkeys(stage_indices, now))
         out.seconds += time.perf_counter() - started
+        if group_index == self.drop_outputs_of:
+            out.batches, out.parked = [], []
         return out
 
     def _restore(self, active: list[list[Task]], resume: dict[str, list],

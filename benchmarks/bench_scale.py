@@ -1,0 +1,277 @@
+"""Scale benchmarks: driver memory and completion rate at 10^5-10^6 sources, resume at 10^7 ids.
+
+Each measurement runs in a fresh Python process (the driver; with the embedded cluster the
+Dask scheduler and the completion plugin live in it too), so its peak RSS is the run's own.
+Run from the repository root:
+
+    python benchmarks/bench_scale.py memory              # 20,000 and 200,000 sources
+    python benchmarks/bench_scale.py memory --sizes 20000 200000 1000000
+    python benchmarks/bench_scale.py resume              # 10,000,000 ids in 1,000 files
+
+- memory: a source stage emitting N tiny tasks, then two no-op stages, checkpoint on, 2
+  workers, ``keep_outputs=False`` (the CLI's setting; with the default the driver also holds
+  every output task until the end, docs/pipeline-model.md). Printed per size: wall time of
+  the run, sources per second (first submission to end), driver peak RSS; then the RSS ratio
+  of the largest to the smallest size. Targets: RSS(200,000) <= 1.5 x RSS(20,000),
+  RSS(1,000,000) < 1 GB, >= 10,000 sources/s at 200,000.
+- resume: a checkpoint of N completed ids in F writer files (NeMo Curator's format, made
+  once and kept under benchmarks/_data/), then a run over 1,000 sources of which half are
+  complete. Printed: seconds from "cluster connected" to the first submission, and the
+  driver's peak RSS, next to the same run over an empty checkpoint. Target: <= 5 s.
+
+Each run appends its rows to benchmarks/RESULTS.md (``--no-record`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+MEMORY_RUN = r'''
+import json, sys, tempfile, time
+from dataclasses import dataclass
+from curator_dask import DaskExecutor, Pipeline, ProcessingStage
+from curator_dask.tasks import Task
+
+n = int(sys.argv[1])
+
+@dataclass
+class Tiny(Task):
+    """One source: an integer."""
+    @property
+    def num_items(self): return 1
+    def validate(self): return True
+
+@dataclass
+class Source(ProcessingStage):
+    name: str = "source"
+    n: int = 0
+    def process(self, task):
+        return [Tiny(dataset_name="scale", data=i) for i in range(self.n)]
+
+@dataclass
+class Noop(ProcessingStage):
+    name: str = "noop"
+    def process(self, task):
+        return task
+
+pipeline = Pipeline(name="scale").add_stage(Source(n=n))
+pipeline.add_stage(Noop(name="noop_a")).add_stage(Noop(name="noop_b"))
+with tempfile.TemporaryDirectory() as ckpt:
+    started = time.perf_counter()
+    with DaskExecutor(n_workers=2, threads_per_worker=1, progress=False,
+                      keep_outputs=False) as executor:
+        result = pipeline.run(executor=executor, checkpoint_path=ckpt)
+    wall = time.perf_counter() - started
+with open("/proc/self/status") as f:  # this process's peak (ru_maxrss keeps the parent's)
+    rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+t = result.timings
+stream = t["end"] - t.get("first_submit", t["end"])
+print(json.dumps({"n": n, "wall": wall, "stream": stream, "rss": rss,
+                  "completed": result.checkpoint["completed"], "outputs": result.num_outputs}))
+'''
+
+
+def child(code: str, *args: str) -> dict:
+    """Run ``code`` in a fresh interpreter; its last stdout line is a JSON document."""
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=tempfile.gettempdir(), check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def record(section: str, header: list[str], row: list[str]) -> None:
+    sys.path.insert(0, HERE)
+    from _results import append_row
+
+    append_row(section, header, row)
+
+
+def memory(args: argparse.Namespace) -> None:
+    rows = []
+    for n in args.sizes:
+        r = child(MEMORY_RUN, str(n))
+        if r["completed"] != n:
+            raise SystemExit(f"{n} sources: the checkpoint recorded {r['completed']}")
+        rate = n / r["stream"] if r["stream"] > 0 else float("nan")
+        rows.append((n, r["wall"], rate, r["rss"]))
+        print(f"{n:>9,} sources: {r['wall']:7.2f} s wall, {rate:9,.0f} sources/s, "
+              f"driver peak RSS {r['rss'] / 2**20:7.1f} MiB", flush=True)
+    small, large = rows[0], rows[-1]
+    ratio = large[3] / small[3]
+    print(f"RSS {large[0]:,} / {small[0]:,} sources: {large[3] / 2**20:.1f} / "
+          f"{small[3] / 2**20:.1f} MiB = {ratio:.2f}x (target <= 1.5x)")
+    if args.no_record:
+        return
+    today = datetime.date.today().isoformat()
+    for n, wall, rate, rss in rows:
+        record("scale-memory", ["date", "command", "machine", "sources", "wall s",
+                                "sources/s", "driver peak RSS MiB", f"RSS ratio to {small[0]:,}"],
+               [today, "`python benchmarks/bench_scale.py memory --sizes "
+                + " ".join(str(s) for s in args.sizes) + "`", machine(), f"{n:,}",
+                f"{wall:.2f}", f"{rate:,.0f}", f"{rss / 2**20:.1f}", f"{rss / small[3]:.2f}"])
+
+
+RESUME_RUN = r'''
+import json, sys
+from dataclasses import dataclass
+from curator_dask import DaskExecutor, Pipeline, ProcessingStage
+from curator_dask.tasks import Task
+
+ckpt, ids_file = sys.argv[1], sys.argv[2]
+
+@dataclass
+class Keyed(Task):
+    """One source whose id is its data (12 hex characters, like a file group's hash)."""
+    @property
+    def num_items(self): return 1
+    def validate(self): return True
+    def get_deterministic_id(self): return self.data
+
+@dataclass
+class Source(ProcessingStage):
+    name: str = "source"
+    ids_file: str = ""
+    def process(self, task):
+        with open(self.ids_file) as f:
+            return [Keyed(dataset_name="resume", data=sid) for sid in json.load(f)]
+
+@dataclass
+class Noop(ProcessingStage):
+    name: str = "noop"
+    def process(self, task):
+        return task
+
+pipeline = Pipeline(name="resume").add_stage(Source(ids_file=ids_file))
+pipeline.add_stage(Noop(name="noop_a")).add_stage(Noop(name="noop_b"))
+with DaskExecutor(n_workers=2, threads_per_worker=1, progress=False) as executor:
+    result = pipeline.run(executor=executor, checkpoint_path=ckpt)
+with open("/proc/self/status") as f:  # this process's peak (ru_maxrss keeps the parent's)
+    rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+t = result.timings
+print(json.dumps({"start": t["first_submit"] - t["cluster"],
+                  "loaded": t["checkpoint_loaded"] - t["cluster"], "rss": rss,
+                  "skipped": result.skipped_sources, "ids": result.checkpoint["loaded"]}))
+'''
+
+
+def hex12(codes):
+    """12-character lowercase hex ids (``S12``) of integers below 2**48."""
+    import numpy as np
+
+    shifts = np.arange(44, -4, -4, dtype=np.uint64)
+    digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+    return digits[(codes[:, None] >> shifts) & np.uint64(15)].view("S12").ravel()
+
+
+def resume_checkpoint(n: int, files: int) -> str:
+    """``_data/resume-<n>-<files>/``, made once: ``ckpt/`` holds ``n`` random 12-hex ids in
+    ``files`` writer files (NeMo Curator's flags and layout, each file's keys put in one
+    transaction), ``sources.json`` 1,000 ids of which every other one is in the checkpoint."""
+    import numpy as np
+
+    from curator_dask.resumability.store import DB_NAME, METADATA_DIRNAME, open_writer_env
+
+    root = os.path.join(HERE, "_data", f"resume-{n}-{files}")
+    if os.path.exists(os.path.join(root, "done")):
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"building a checkpoint of {n:,} ids in {files:,} writer files (once) ...", flush=True)
+    rng = np.random.default_rng(20261130)
+    codes = rng.permutation(np.unique(rng.integers(0, 1 << 48, n + n // 50 + 100,
+                                                   dtype=np.uint64)))[:n]
+    meta = os.path.join(root, "ckpt", METADATA_DIRNAME)
+    os.makedirs(meta)
+    for i, chunk in enumerate(np.array_split(codes, files)):
+        env = open_writer_env(os.path.join(meta, f"node{i // 64:02d}-{10_000 + i}.mdb"))
+        db = env.open_db(DB_NAME)
+        with env.begin(write=True, db=db) as txn, txn.cursor(db=db) as cur:
+            cur.putmulti([(key, b"1") for key in hex12(np.sort(chunk)).tolist()])
+        env.close()
+    fresh = rng.integers(0, 1 << 48, 2_000, dtype=np.uint64)
+    known = np.sort(codes)  # (np.isin would take seconds here)
+    at = np.minimum(known.searchsorted(fresh), len(known) - 1)
+    fresh = fresh[known[at] != fresh][:500]
+    done = codes[:: max(1, n // 500)][:500]
+    sources = [c.decode() for pair in zip(hex12(done), hex12(fresh), strict=True) for c in pair]
+    with open(os.path.join(root, "sources.json"), "w") as f:
+        json.dump(sources, f)
+    open(os.path.join(root, "done"), "w").close()
+    return root
+
+
+def resume_once(root: str | None, sources: str) -> dict:
+    """One run over ``sources`` with a fresh checkpoint folder: empty (``root`` None) or
+    holding hard links to the cached writer files (a run writes only its own file)."""
+    from curator_dask.resumability.layout import METADATA_DIRNAME
+
+    work = tempfile.mkdtemp(prefix="resume-", dir=os.path.join(HERE, "_data"))
+    try:
+        meta = os.path.join(work, "ckpt", METADATA_DIRNAME)
+        os.makedirs(meta)
+        if root is not None:
+            cached = os.path.join(root, "ckpt", METADATA_DIRNAME)
+            for name in os.listdir(cached):
+                os.link(os.path.join(cached, name), os.path.join(meta, name))
+        return child(RESUME_RUN, os.path.join(work, "ckpt"), sources)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def resume(args: argparse.Namespace) -> None:
+    root = resume_checkpoint(args.ids, args.files)
+    sources = os.path.join(root, "sources.json")
+    empty = resume_once(None, sources)
+    full = resume_once(root, sources)
+    if full["skipped"] != 500 or empty["skipped"] != 0:
+        raise SystemExit(f"skipped {full['skipped']} and {empty['skipped']}, not 500 and 0")
+    print("cluster connected -> first submission, 1,000 sources (500 complete in the checkpoint):")
+    print(f"  empty checkpoint                 : {empty['start']:6.2f} s, driver peak RSS "
+          f"{empty['rss'] / 2**20:7.1f} MiB")
+    print(f"  {args.ids:>10,} ids in {args.files:,} files: {full['start']:6.2f} s (loaded in "
+          f"{full['loaded']:.2f} s), driver peak RSS {full['rss'] / 2**20:7.1f} MiB "
+          "(target <= 5 s)")
+    if args.no_record:
+        return
+    record("scale-resume", ["date", "command", "machine", "completed ids", "writer files",
+                            "empty: start s", "empty: RSS MiB", "start s", "of which loading s",
+                            "RSS MiB", "RSS difference MiB"],
+           [datetime.date.today().isoformat(), "`python benchmarks/bench_scale.py resume --ids "
+            f"{args.ids} --files {args.files}`", machine(), f"{full['ids']:,}",
+            f"{args.files:,}", f"{empty['start']:.2f}", f"{empty['rss'] / 2**20:.1f}",
+            f"{full['start']:.2f}", f"{full['loaded']:.2f}", f"{full['rss'] / 2**20:.1f}",
+            f"{(full['rss'] - empty['rss']) / 2**20:.1f}"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="case", required=True)
+    mem = sub.add_parser("memory", help="driver peak RSS and rate by number of sources")
+    mem.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
+    mem.add_argument("--no-record", action="store_true")
+    mem.set_defaults(func=memory)
+    res = sub.add_parser("resume", help="start of a run over a checkpoint of many ids")
+    res.add_argument("--ids", type=int, default=10_000_000)
+    res.add_argument("--files", type=int, default=1_000)
+    res.add_argument("--no-record", action="store_true")
+    res.set_defaults(func=resume)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""The embedded cluster's forkserver: worker processes forked from a clean, pre-loaded server.
+
+With ``spawn`` every worker process is a fresh interpreter that imports distributed, pyarrow,
+pandas and curator_dask's worker modules again, which takes over half a second of CPU per
+worker, in the middle of a run. With ``forkserver`` (config ``local-cluster.start-method``,
+the default where the platform has it) one server process is started once per driver, imports
+those modules once (``local-cluster.forkserver-preload``) and forks each worker from itself:
+
+- the server is a fresh interpreter (``multiprocessing`` executes it, it is not a fork of the
+  driver), so a driver that initialised CUDA or runs threads is never forked, unlike ``fork``;
+- neither the server nor the workers import the driver's ``__main__`` (a script without an
+  ``if __name__ == "__main__"`` guard, a notebook): see :mod:`.local`;
+- the server ignores SIGINT, and the workers ignore it from their Dask preload
+  (:mod:`.worker_setup`), so Ctrl+C stays the driver's to handle;
+- it exits once the driver and every worker it forked have exited (``multiprocessing``'s
+  "alive" pipe); later embedded clusters of the same driver reuse it.
+
+A forked worker has the server's environment, not the driver's at the time of the cluster
+start. The server is therefore started with the environment a spawned worker would get (the
+driver's, plus Dask's ``distributed.nanny.pre-spawn-environ``), and replaced by a new one
+when that environment has changed by the time a cluster starts. ``start-method: spawn``
+brings back one fresh interpreter per worker.
+
+The server is started as early as the driver shows it will run pipelines: when it first gets
+``Pipeline`` or ``DaskExecutor`` from ``curator_dask`` (:func:`prestart_on_import`), so that
+the server imports the workers' modules while the driver still imports its own; else when a
+``DaskExecutor`` for a local cluster is made. Only the driver's main process does that (not a
+worker, not a rank of a multi-task SLURM step), and a server that no cluster will use is let go
+when a ``DaskExecutor`` for another cluster is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("forkserver", "spawn")
+# Set only in the server's environment while it starts: what it imports (and its sys.path).
+PRELOAD_ENV = "CURATOR_DASK_FORKSERVER_PRELOAD"
+
+# Variables that change during a process's life for bookkeeping only: not worth a new server.
+_VOLATILE = frozenset({PRELOAD_ENV, "PYTEST_CURRENT_TEST"})
+
+_lock = threading.Lock()
+# pid: the server this module started, from process owner; key: its environment and modules;
+# users: embedded clusters alive with workers from it.
+_state: dict[str, Any] = {"pid": None, "owner": None, "key": None, "users": 0,
+                          "tried_early": False}
+# What a start at import assumes before Dask's config is read (Dask's default pre-spawn
+# environment, less MALLOC_TRIM_THRESHOLD_ as curator_dask's default); checked at the cluster.
+_ASSUMED_PRE_SPAWN = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+_ENV_CONFIG = "DASK_CURATOR_DASK__LOCAL_CLUSTER__"  # the config keys as environment variables
+
+
+def start_method(configured: str | None = None) -> str:
+    """How the embedded cluster starts its workers: config ``local-cluster.start-method``
+    (``forkserver`` or ``spawn``), ``spawn`` where the platform has no ``forkserver``.
+
+    Example:
+        >>> start_method("spawn")
+        'spawn'
+    """
+    from curator_dask import config as _config
+
+    method = _config.get("local-cluster.start-method", configured) or "forkserver"
+    if method not in METHODS:
+        msg = f"local-cluster.start-method must be one of {METHODS}, got {method!r}"
+        raise ValueError(msg)
+    if method == "forkserver" and method not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    return method
+
+
+def server_environ(pre_spawn: dict[str, Any]) -> dict[str, str]:
+    """The environment a spawned worker would start with: this process's, with Dask's
+    ``pre-spawn-environ`` on top (as the Nanny sets it before it spawns).
+
+    Example:
+        >>> server_environ({"OMP_NUM_THREADS": 1})["OMP_NUM_THREADS"]
+        '1'
+    """
+    environ = {k: v for k, v in os.environ.items() if k != PRELOAD_ENV}
+    environ.update({str(k): str(v) for k, v in pre_spawn.items()})
+    return environ
+
+
+def _ours(server: Any) -> bool:
+    """Whether the running server (if any) is the one this process started."""
+    return (server._forkserver_pid is not None and server._forkserver_pid == _state["pid"]
+            and _state["owner"] == os.getpid())
+
+
+def ensure(pre_spawn: dict[str, Any]) -> int | None:
+    """Start the forkserver for workers that need ``pre_spawn`` (or keep the running one);
+    returns its process id, or ``None`` when the workers must be spawned instead: a server
+    this module did not start is running, or ours has another environment and a cluster
+    still uses it."""
+    from curator_dask import config as _config
+
+    server = _server()
+    if server is None:
+        return None
+    modules = [str(m) for m in _config.get("local-cluster.forkserver-preload") or []]
+    environ = server_environ(pre_spawn)
+    key = _key(environ, modules)
+    with _lock:
+        if server._forkserver_pid is not None and not _ours(server):
+            return None  # someone else's (or a parent's): its environment is unknown
+        if server._forkserver_pid is not None and _state["key"] != key:
+            if _state["users"]:
+                return None
+            _retire(server)
+        _launch(server, environ, modules)  # nothing to do when it is running
+        _state.update(pid=server._forkserver_pid, owner=os.getpid(), key=key)
+        return _state["pid"]
+
+
+def _key(environ: dict[str, str], modules: list[str]) -> tuple:
+    return (tuple(sorted((k, v) for k, v in environ.items() if k not in _VOLATILE)),
+            tuple(modules))
+
+
+def prestart_on_import() -> None:
+    """Start the server when a driver first gets ``Pipeline`` or ``DaskExecutor``, usually
+    before Dask is imported: ``local-cluster.start-method`` and ``forkserver-prestart`` are
+    then read from ``dask.config`` only if Dask is imported already, else from their
+    environment variables; the preload list is the packaged one and the pre-spawn
+    environment Dask's default. The cluster start checks all that against the full config
+    (:func:`ensure`). Once per process, and never fails."""
+    with _lock:
+        if _state["tried_early"]:
+            return
+        _state["tried_early"] = True
+    try:
+        if not _may_start_early():
+            return
+        server = _server()
+        if server is None:
+            return
+        modules = [str(m) for m in _packaged("forkserver-preload") or []]
+        environ = server_environ(_ASSUMED_PRE_SPAWN)
+        with _lock:
+            if server._forkserver_pid is not None:
+                return  # running already: ours, or someone else's
+            _launch(server, environ, modules)
+            _state.update(pid=server._forkserver_pid, owner=os.getpid(),
+                          key=_key(environ, modules))
+    except Exception as exc:  # noqa: BLE001 (an optimization only)
+        logger.debug("forkserver not started at import: %s", exc)
+
+
+def _may_start_early() -> bool:
+    """Whether this process looks like a driver that may start an embedded cluster: its main
+    process, not a Dask worker, not the server, not a rank of a multi-task SLURM step, and the
+    environment does not turn the start at import (or the forkserver) off."""
+    if multiprocessing.parent_process() is not None or PRELOAD_ENV in os.environ:
+        return False
+    worker = sys.modules.get("distributed.worker")
+    if worker is not None and getattr(getattr(worker, "Worker", None), "_instances", None):
+        return False
+    if os.environ.get("SLURM_PROCID", "0") != "0" or os.environ.get(
+            "SLURM_STEP_NUM_TASKS", "1") not in ("", "1"):
+        return False
+    method = _early_config("start-method", "forkserver")
+    early = _early_config("forkserver-prestart", "true")
+    return (method == "forkserver" and early not in ("false", "0", "no", "off", "none")
+            and "forkserver" in multiprocessing.get_all_start_methods())
+
+
+def _early_config(name: str, default: str) -> str:
+    """``local-cluster.<name>`` before Dask's config is read: from ``dask.config`` where Dask
+    is imported already, else from its environment variable, else ``default`` (lower case)."""
+    value = None
+    dask_config = sys.modules.get("dask.config")
+    if dask_config is not None:
+        value = dask_config.get(f"curator-dask.local-cluster.{name}", default=None)
+    if value is None:
+        value = os.environ.get(_ENV_CONFIG + name.replace("-", "_").upper(), default)
+    return str(value).strip().lower()
+
+
+def _packaged(key: str) -> Any:
+    """``local-cluster.<key>`` from the packaged defaults (curator_dask.yaml), without Dask."""
+    import yaml
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+                        "curator_dask.yaml")
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)["curator-dask"]["local-cluster"][key]
+
+
+def release_unused() -> None:
+    """Let go of a server of ours that no cluster uses (a driver of another cluster kind, or
+    ``start-method: spawn``): it exits at once."""
+    server = _server()
+    if server is None:
+        return
+    with _lock:
+        if _state["users"] == 0 and _ours(server):
+            _retire(server)
+
+
+def prestart(pre_spawn: dict[str, Any]) -> None:
+    """Start the server ahead of the cluster, so that it imports the workers' modules while
+    the driver is still busy; never fails (the cluster start tries again, or spawns)."""
+    try:
+        if start_method() == "forkserver":
+            ensure(pre_spawn)
+    except Exception as exc:  # noqa: BLE001 (an optimization only)
+        logger.debug("forkserver not started ahead of the cluster: %s", exc)
+
+
+@contextlib.contextmanager
+def workers_from(pre_spawn: dict[str, Any]) -> Iterator[str]:
+    """The ``multiprocessing`` method for one embedded cluster's workers, held while it is
+    alive: ``forkserver`` (the server is started if needed) or ``spawn``."""
+    method = start_method()
+    if method == "spawn":
+        release_unused()
+    if method == "forkserver":
+        try:
+            if ensure(pre_spawn) is None:
+                method = "spawn"
+        except Exception as exc:  # noqa: BLE001 (spawning always works)
+            logger.warning("could not start the forkserver (%s); spawning the workers", exc)
+            method = "spawn"
+    if method == "forkserver":
+        _quiet_distributed_preload()
+    with _lock:
+        _state["users"] += method == "forkserver"
+    try:
+        yield method
+    finally:
+        with _lock:
+            _state["users"] -= method == "forkserver"
+
+
+def server_pid() -> int | None:
+    """The process id of the forkserver this module started, while it is running."""
+    server = _server()
+    return server._forkserver_pid if server is not None and _ours(server) else None
+
+
+def _server() -> Any:
+    """``multiprocessing``'s forkserver object, or ``None`` where it has not the attributes
+    this module relies on (another Python version)."""
+    try:
+        from multiprocessing import forkserver
+    except ImportError:
+        return None
+    server = getattr(forkserver, "_forkserver", None)
+    needed = ("_forkserver_pid", "_forkserver_alive_fd", "_forkserver_address", "_lock",
+              "ensure_running", "set_forkserver_preload")
+    return server if all(hasattr(server, a) for a in needed) else None
+
+
+def _launch(server: Any, environ: dict[str, str], modules: list[str]) -> None:
+    """``ensure_running`` with ``environ`` in effect (the server is started with this
+    process's environment) and this module as the one it preloads; nothing when the server
+    is running."""
+    from multiprocessing import process
+
+    if _running(server._forkserver_pid):
+        return
+    sys_path = [process.ORIGINAL_DIR if p == "" else p for p in sys.path]
+    spec = {"modules": modules, "sys_path": sys_path, "parent": os.getpid()}
+    wanted = {**environ, PRELOAD_ENV: json.dumps(spec)}
+    saved = {k: os.environ.get(k) for k, v in wanted.items() if os.environ.get(k) != v}
+    server.set_forkserver_preload([__name__])
+    try:
+        os.environ.update({k: wanted[k] for k in saved})
+        server.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _running(pid: int | None) -> bool:
+    """Whether ``pid`` (a child of this process) is running: not gone, not a zombie."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _retire(server: Any) -> None:
+    """Let go of the running server without waiting for it: it exits once the workers it
+    forked are gone; a thread reaps it."""
+    with server._lock:
+        pid, fd = server._forkserver_pid, server._forkserver_alive_fd
+        address = server._forkserver_address
+        server._forkserver_pid = server._forkserver_alive_fd = None
+        server._forkserver_address = None
+        if hasattr(server, "_forkserver_authkey"):
+            server._forkserver_authkey = None
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if isinstance(address, str) and address and not address.startswith("\0"):
+        with contextlib.suppress(OSError):
+            os.unlink(address)
+    threading.Thread(target=_reap, args=(pid,), name="curator-dask-forkserver-reaper",
+                     daemon=True).start()
+    _state.update(pid=None, owner=None, key=None)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _quiet_distributed_preload() -> None:
+    """distributed's ``get_mp_context`` imports numpy, pandas and lz4 *in the driver* the first
+    time it sees ``forkserver``, to choose its own preload list; ours is set already."""
+    utils = sys.modules.get("distributed.utils")
+    if utils is not None and hasattr(utils, "_forkserver_preload_set"):
+        utils._forkserver_preload_set = True
+
+
+def _preload_in_server() -> None:
+    """In the server (imported by it at its start, see :func:`_launch`): import the workers'
+    modules once. A module that is not installed is skipped; one that fails is reported.
+
+    The collector is off while the modules are imported (no collection of import-time
+    objects that live as long as the process anyway), then their objects move to its
+    permanent generation (``gc.freeze``) and each forked worker turns it on again: the
+    workers' collections, and the one at their exit that the cluster's close waits for, skip
+    them, and the pages that hold them stay shared with the server.
+    """
+    payload = os.environ.pop(PRELOAD_ENV, None)
+    if payload is None:
+        return
+    spec = json.loads(payload)
+    if not (sys.argv == ["-c"] and "multiprocessing.forkserver" in sys.modules
+            and os.getppid() == spec.get("parent")):
+        return  # another process that inherited the variable: not the server
+    sys.path[:] = spec.get("sys_path") or sys.path
+    # Ctrl+C at the driver's start reaches the server too: no traceback from its imports
+    # (multiprocessing ignores SIGINT in the server from the end of the preload on)
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.disable()
+    for name in spec.get("modules", ()):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        except Exception as exc:  # noqa: BLE001 (the worker imports it again, and reports it)
+            print(f"curator_dask forkserver: could not preload {name}: {exc!r}",
+                  file=sys.stderr)
+    gc.freeze()
+    os.register_at_fork(after_in_child=gc.enable)
+    signal.signal(signal.SIGINT, interrupt)
+
+
+_preload_in_server()
