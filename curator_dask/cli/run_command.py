@@ -37,8 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--work-dir", metavar="DIR",
                      help="where job folders go (default: config jobs.work-dir, "
                           "./curator-dask-jobs)")
-    run.add_argument("--verify-content", action="store_true",
-                     help="fingerprint inputs by content (sha256), not size and mtime")
+    run.add_argument("--verify-content", action=argparse.BooleanOptionalAction, default=None,
+                     help="fingerprint a job's inputs by content (sha256), not size and mtime "
+                          "(default: off for a new job; a resume uses the job's recorded mode)")
     run.add_argument("--verify-inputs", choices=["off", "fingerprint", "content"],
                      help="check that inputs of sources the checkpoint marks complete did not "
                           "change (default: config checkpoint.verify-inputs, off)")

@@ -92,6 +92,15 @@ class JobDirectory:
             inputs = json.load(f)
         return config, inputs
 
+    def recorded_verify_content(self) -> bool | None:
+        """The input verification mode the job was created with: ``True`` for content (its
+        saved inputs carry a sha256), ``False`` for fingerprint, ``None`` when it saved no
+        inputs (either mode then matches)."""
+        _, inputs = self.load()
+        if not inputs:
+            return None
+        return any("sha256" in entry for entry in inputs.values())
+
     def verify_resume(self, config: dict[str, Any], inputs: dict[str, Any]) -> None:
         """Raise :class:`ResumeMismatchError` naming every change; deletes nothing."""
         saved_config, saved_inputs = self.load()

@@ -16,7 +16,12 @@ from curator_dask.backends.base import RunObserver
 from curator_dask.jobs.control import read_stop_request, stop_request_for
 from curator_dask.jobs.events import EventLog
 from curator_dask.jobs.index import record_job
-from curator_dask.jobs.job import JobDirectory, new_job_id, validate_job_id
+from curator_dask.jobs.job import (
+    JobDirectory,
+    ResumeMismatchError,
+    new_job_id,
+    validate_job_id,
+)
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
     SUMMARY_FILE,
@@ -40,6 +45,11 @@ def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
         return {}
     return dict(gather_file_infos(source.file_paths, extensions=source.file_extensions,
                                   storage_options=source.storage_options))
+
+
+def _mode_name(content: bool) -> str:
+    """How a verification mode is named in messages: the mode and its flag."""
+    return "'content' (--verify-content)" if content else "'fingerprint' (--no-verify-content)"
 
 
 class JobRun(RunObserver):
@@ -70,7 +80,7 @@ class JobRun(RunObserver):
         job_id: str | None = None,
         resume: str | None = None,
         checkpoint_path: str | None = None,
-        verify_content: bool = False,
+        verify_content: bool | None = None,
         command: str | None = None,
         heartbeat: float = 5.0,
         settings: dict[str, Any] | None = None,
@@ -86,6 +96,7 @@ class JobRun(RunObserver):
         self.settings = dict(settings or {})
         self.config = config = config_fingerprint(stages, checkpoint=self.checkpoint_path,
                                                   **self.settings)
+        verify_content = self._verify_mode(verify_content)
         files = _source_files(stages)
         inputs = input_fingerprints(files, content=verify_content, infos=files)
         if self.resumed:
@@ -114,6 +125,25 @@ class JobRun(RunObserver):
         self._thread = threading.Thread(target=self._heartbeat, name="curator-dask-job-summary",
                                         daemon=True)
         self._thread.start()
+
+    def _verify_mode(self, given: bool | None) -> bool:
+        """Whether to fingerprint inputs by content: a resume uses the mode the job recorded
+        when none is given, and refuses (``ResumeMismatchError``) a different one given."""
+        if not self.resumed:
+            return bool(given)
+        recorded = self.directory.recorded_verify_content()
+        if recorded is None:
+            return bool(given)
+        if given is None:
+            logger.info("job %s: resuming with its recorded input verification mode %s",
+                        self.job_id, _mode_name(recorded))
+            return recorded
+        if given != recorded:
+            msg = (f"cannot resume job {self.job_id}: it recorded input verification mode "
+                   f"{_mode_name(recorded)} but this run asks for {_mode_name(given)}; resume "
+                   "without --verify-content/--no-verify-content to use the recorded mode")
+            raise ResumeMismatchError(msg)
+        return given
 
     def _open_driver_log(self) -> None:
         """This attempt's driver log: curator_dask's records at INFO and above."""

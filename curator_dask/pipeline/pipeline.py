@@ -116,7 +116,7 @@ class Pipeline:
         work_dir: str | None = None,
         job_id: str | None = None,
         resume: str | None = None,
-        verify_content: bool = False,
+        verify_content: bool | None = None,
         command: str | None = None,
         stage_checkpoints: Any = None,
         verify_inputs: str | None = None,
@@ -140,7 +140,9 @@ class Pipeline:
                 job summary, saved fingerprints). ``resume=TOKEN`` continues a job after
                 checking that its configuration and inputs are unchanged (it names what
                 changed otherwise). A job's checkpoint defaults to ``<job dir>/checkpoint``.
-            verify_content: fingerprint inputs by content (sha256) rather than size and mtime.
+            verify_content: fingerprint inputs by content (sha256) rather than size and mtime;
+                ``None`` (default): off for a new job, the job's recorded mode on a resume
+                (a resume given the other mode is refused).
             command: the command line that started the run, for the resume hint.
             stage_checkpoints: memoize chosen stage boundaries so a replayed source resumes
                 from its deepest one: a strategy (``"every_stage"``, ``"manual"``, ...), a dict
@@ -186,7 +188,7 @@ class Pipeline:
 
     def _start_job(self, options: RunOptions, checkpoint_path: str | None,
                    work_dir: str | None, job_id: str | None, resume: str | None,
-                   verify_content: bool, command: str | None) -> Any:
+                   verify_content: bool | None, command: str | None) -> Any:
         from curator_dask import config
         from curator_dask.jobs.run import JobRun
 

@@ -39,11 +39,13 @@ from curator_dask.resumability.safe_read import MAP_SIZE as MAP_SIZE
 from curator_dask.resumability.safe_read import SafeReader, pack_keys, probe_writer_file, unpacked
 from curator_dask.resumability.safe_read import open_writer_env as open_writer_env
 from curator_dask.resumability.safe_read import read_completed as read_completed
-from curator_dask.utils.atomic import write_atomic
+from curator_dask.utils.atomic import owned_temp_dir, remove_stale_temp_dirs, write_atomic
 from curator_dask.utils.files import is_remote_url
 
 logger = logging.getLogger(__name__)
 
+STAGING_PREFIX = "curator-dask-ckpt-"  # a staged writer file's local folder
+UNION_PREFIX = "curator-dask-union-"  # other writers' files, downloaded to be read
 PARALLEL_READ_FILES = 16  # from this many other writer files on, two reader processes
 
 NETWORK_FS_TYPES = frozenset({
@@ -128,7 +130,7 @@ def read_writer_files(
     killing this process. Remote files are downloaded to a temporary folder first (LMDB needs a
     local file), a few ahead of each reader.
     """
-    download_dir = tempfile.mkdtemp(prefix="curator-dask-union-") if remote else None
+    download_dir = owned_temp_dir(UNION_PREFIX) if remote else None
 
     def local_files(share: list[str]) -> Iterator[str | BaseException]:
         for path in share:
@@ -154,6 +156,15 @@ def read_writer_files(
     finally:
         if download_dir is not None:
             shutil.rmtree(download_dir, ignore_errors=True)
+
+
+def _remove_stale_staging() -> None:
+    """Remove the local staging and download folders that killed processes of this host left
+    in the temp directory (a live process's folders are left alone)."""
+    removed = [*remove_stale_temp_dirs(STAGING_PREFIX), *remove_stale_temp_dirs(UNION_PREFIX)]
+    if removed:
+        logger.info("resumability: removed %d local checkpoint folders of killed processes in "
+                    "%s", len(removed), tempfile.gettempdir())
 
 
 class CompletionStore:
@@ -192,7 +203,8 @@ class CompletionStore:
         self._last_publish = time.monotonic()
         self.fs.makedirs(self.meta_dir, exist_ok=True)
         if self.staged:
-            self._local_dir = tempfile.mkdtemp(prefix="curator-dask-ckpt-")
+            _remove_stale_staging()
+            self._local_dir = owned_temp_dir(STAGING_PREFIX)
             self.local_path = os.path.join(self._local_dir, f"{self.writer_id}.mdb")
             if self.fs.exists(self.remote_path):
                 # A recycled pid resumes its own file, as NeMo Curator's writer does.

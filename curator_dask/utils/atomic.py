@@ -18,6 +18,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 import uuid
@@ -71,6 +72,58 @@ def remove_stale_temp_files(directory: str) -> list[str]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(directory, name))
                 removed.append(name)
+    return removed
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (whole seconds since the epoch), or None if unknown."""
+    try:
+        import psutil
+
+        return int(psutil.Process(pid).create_time())
+    except Exception:  # noqa: BLE001 (no such process, or no psutil)
+        return None
+
+
+def owned_temp_dir(prefix: str) -> str:
+    """``tempfile.mkdtemp`` named ``<prefix><host>-<pid>-<start>-<rand>``: this process's
+    host, pid and start time are in the name so that :func:`remove_stale_temp_dirs` can tell
+    a live owner's folder from one left by a killed process (or a recycled pid)."""
+    host = socket.gethostname().replace(".", "-")
+    return tempfile.mkdtemp(prefix=f"{prefix}{host}-{os.getpid()}-"
+                                   f"{_start_time(os.getpid()) or 0}-")
+
+
+def _owner_gone(pid: int, start: int) -> bool:
+    """True when process ``pid`` is dead, or alive but started at another time than
+    ``start`` (a recycled pid; ``start`` 0: unknown, so only a dead pid counts)."""
+    if not _pid_alive(pid):
+        return True
+    actual = _start_time(pid)
+    return bool(start) and actual is not None and abs(actual - start) > 2
+
+
+def remove_stale_temp_dirs(prefix: str, directory: str | None = None) -> list[str]:
+    """Delete folders made by :func:`owned_temp_dir` with ``prefix`` in ``directory`` (default:
+    the temp directory) whose owner, a process of this host, is gone; returns their names.
+
+    A live owner's folder and any folder of another host are left alone.
+    """
+    directory = directory or tempfile.gettempdir()
+    host = socket.gethostname().replace(".", "-")
+    pattern = re.compile(re.escape(prefix) + r"(?P<host>.+)-(?P<pid>\d+)-(?P<start>\d+)-"
+                         r"[a-z0-9_]{8}$")
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = pattern.match(name)
+        if (match and match["host"] == host
+                and _owner_gone(int(match["pid"]), int(match["start"]))):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            removed.append(name)
     return removed
 
 

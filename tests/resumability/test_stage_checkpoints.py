@@ -282,8 +282,15 @@ RUNNER = textwrap.dedent("""
 """)
 
 
+def flip_middle_byte(data: bytes) -> bytes:
+    """The same size, one byte changed: a file that still reads, with other values."""
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0x20]) + data[middle + 1:]
+
+
 @pytest.mark.slow
-def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_path):
+@pytest.mark.parametrize("damage", ["truncated", "one-byte-flipped"])
+def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_path, damage):
     generate_jsonl(str(tmp_path / "in"), files=4, docs_per_file=3, seed=7)
     paths = {"inp": str(tmp_path / "in"),
              "calls": str(tmp_path / "calls"), "gate": str(tmp_path / "gate"),
@@ -325,7 +332,8 @@ def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_pat
     # corrupt one pending source's checkpoint: it must fall back to the source, not skip `cheap`
     victim, intact = pending
     part = next((ckpt / SUBDIR).glob(f"{victim}--*/part-00000.arrow"))
-    part.write_bytes(part.read_bytes()[:100])
+    data = part.read_bytes()
+    part.write_bytes(data[:100] if damage == "truncated" else flip_middle_byte(data))
     (tmp_path / "gate").write_text("open")
     (tmp_path / "calls").rename(tmp_path / "calls-first-run")
 

@@ -197,7 +197,8 @@ class SourceStream:
         self.window = run.executor.max_in_flight or max(1, 2 * threads)
         self.sizer = ChunkSizer(threads=threads, limit=run.executor.max_sources_per_task)
         self.done = as_completed(with_results=True)
-        self.in_flight: dict[Any, list[str]] = {}
+        self.in_flight: dict[Any, list[str]] = {}  # last future of a chain -> its source ids
+        self.chains: dict[Any, list[Any]] = {}  # last future of a chain -> all its futures
         self.outputs: list[Any] = []
         self.finished = 0
         self._ended = False
@@ -247,6 +248,7 @@ class SourceStream:
         if planner is not None:
             resume = {t._source_id: c for t in chunk
                       if (c := planner.candidates(t._source_id))} or None
+        chain = []
         for group in self.plan.groups:
             previous = self.client.submit(
                 run_group, self.host, group.index, group.stage_indices, previous,
@@ -254,8 +256,10 @@ class SourceStream:
                 key=task_key(group.label, self.run_.run_id, chunk),
                 resources=group.resource_dict or None, pure=False,
             )
+            chain.append(previous)
             if group is not self.plan.groups[-1]:
                 self.bars.watch(previous, group, len(chunk))
+        self.chains[previous] = chain
         self.in_flight[previous] = [t._source_id or t.task_id for t in chunk]
         self.run_.live.in_flight(len(chunk))
         self.done.add(previous)
@@ -272,6 +276,7 @@ class SourceStream:
         self.opened += len(block)
 
     def _collect(self, future: Any, result: Any) -> None:
+        self.chains.pop(future, None)
         ids = self.in_flight.pop(future)
         run = self.run_
         run.live.in_flight(-len(ids))
@@ -307,10 +312,34 @@ class SourceStream:
         if self._ended:
             return
         timeout = self.run_.executor.drain_timeout
-        logger.warning("%s: no new sources; waiting up to %.0f s for %d running tasks",
-                       self.stop.reason, timeout, len(self.in_flight))
+        cancelled = self._cancel_unstarted()
+        logger.warning("%s: no new sources; %d queued tasks cancelled, waiting up to %.0f s for "
+                       "%d running tasks", self.stop.reason, cancelled, timeout,
+                       len(self.in_flight) - cancelled)
         deadline = time.monotonic() + timeout
         while self.in_flight and time.monotonic() < deadline and not self._ended:
             time.sleep(0.05)
         if self.in_flight and not self._ended and self.client.status == "running":
             self.client.cancel(list(self.in_flight), force=True)
+
+    def _cancel_unstarted(self) -> int:
+        """Cancel the chains none of whose Dask tasks is running now (queued on the scheduler
+        or a worker, or between two fusion groups): only running tasks may finish; the sources
+        of a cancelled chain stay pending. Returns how many were cancelled."""
+        try:
+            running = {k for keys in self.client.run(executing_keys).values() for k in keys}
+        except Exception as exc:  # noqa: BLE001 (then every chain drains as before)
+            logger.warning("could not ask the workers what runs (%s): queued tasks will run", exc)
+            return 0
+        unstarted = [last for last, chain in list(self.chains.items())
+                     if not any(f.key in running for f in chain)]
+        if unstarted:
+            self.client.cancel([f for last in unstarted for f in self.chains.get(last, ())],
+                               force=True)
+        return len(unstarted)
+
+
+def executing_keys(dask_worker: Any) -> list[str]:
+    """The keys a worker is running now (``client.run`` calls it on each worker)."""
+    return [str(key) for key, ts in dask_worker.state.tasks.items()
+            if ts.state in ("executing", "long-running")]

@@ -188,8 +188,10 @@ class StageCheckpointStore:
             data = _encode_table(table, self.format)
             write_atomic(self.fs, self._path(name, file), lambda f, d=data: f.write(d),
                          fsync=False)
+            # the digest of the bytes written, taken from memory: no second read of the file
             files.append({"file": file, "task_id": task.task_id, "rows": table.num_rows,
-                          "bytes": len(data), "kind": kind, "schema": str(table.schema)})
+                          "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                          "kind": kind, "schema": str(table.schema)})
             shell = copy.copy(task)  # no __init__: validation would refuse data=None
             shell.data = None
             shells.append((file, shell))
@@ -270,7 +272,8 @@ class StageCheckpointStore:
             raise CheckpointUnusable(f"task file does not unpickle: {exc!r}") from exc
 
     def _table(self, name: str, file: str, meta: dict) -> Any:
-        """One stored table, checked against the manifest's size and row count."""
+        """One stored table, checked against the manifest's size, digest and row count: any
+        damage to the file makes the entry unusable (the source is computed again)."""
         import pyarrow as pa
 
         try:
@@ -280,6 +283,12 @@ class StageCheckpointStore:
         if len(raw) != meta["bytes"]:
             raise CheckpointUnusable(
                 f"{file} has {len(raw)} bytes, the manifest says {meta['bytes']}")
+        if "sha256" not in meta:
+            raise CheckpointUnusable(f"{file} has no digest in the manifest (written by an "
+                                     "older curator_dask): it cannot be verified")
+        if hashlib.sha256(raw).hexdigest() != meta["sha256"]:
+            raise CheckpointUnusable(f"{file} does not match the sha256 digest recorded when "
+                                     "it was written (the file is damaged)")
         try:
             if file.endswith(".arrow"):
                 table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
