@@ -37,8 +37,7 @@ def temp_name(final_basename: str) -> str:
     Host and pid are in the name so that a tool can tell a live writer's temp file from one
     left by a killed process.
     """
-    host = socket.gethostname().replace(".", "-")
-    return f".{final_basename}.{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}"
+    return f".{final_basename}.{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}"
 
 
 _TEMP_RE = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
@@ -54,24 +53,34 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _host() -> str:
+    """This host's name as it appears in temp names (no dots)."""
+    return socket.gethostname().replace(".", "-")
+
+
+def _stale(directory: str, pattern: re.Pattern, gone: Any) -> list[str]:
+    """Names in ``directory`` matching ``pattern`` whose ``host`` group is this host and for
+    whose match ``gone(match)`` holds (the owner process is no longer there)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    host = _host()
+    return [name for name in names
+            if (match := pattern.match(name)) and match["host"] == host and gone(match)]
+
+
 def remove_stale_temp_files(directory: str) -> list[str]:
     """Delete temp files in ``directory`` left by dead writer processes of this host.
 
     Only names made by :func:`temp_name` whose host is this host and whose pid is no longer
     alive are removed: a live writer here or any writer on another host is left alone.
     """
-    host = socket.gethostname().replace(".", "-")
     removed = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return removed
-    for name in names:
-        match = _TEMP_RE.match(name)
-        if match and match["host"] == host and not _pid_alive(int(match["pid"])):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(directory, name))
-                removed.append(name)
+    for name in _stale(directory, _TEMP_RE, lambda m: not _pid_alive(int(m["pid"]))):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
     return removed
 
 
@@ -89,8 +98,7 @@ def owned_temp_dir(prefix: str) -> str:
     """``tempfile.mkdtemp`` named ``<prefix><host>-<pid>-<start>-<rand>``: this process's
     host, pid and start time are in the name so that :func:`remove_stale_temp_dirs` can tell
     a live owner's folder from one left by a killed process (or a recycled pid)."""
-    host = socket.gethostname().replace(".", "-")
-    return tempfile.mkdtemp(prefix=f"{prefix}{host}-{os.getpid()}-"
+    return tempfile.mkdtemp(prefix=f"{prefix}{_host()}-{os.getpid()}-"
                                    f"{_start_time(os.getpid()) or 0}-")
 
 
@@ -110,20 +118,12 @@ def remove_stale_temp_dirs(prefix: str, directory: str | None = None) -> list[st
     A live owner's folder and any folder of another host are left alone.
     """
     directory = directory or tempfile.gettempdir()
-    host = socket.gethostname().replace(".", "-")
     pattern = re.compile(re.escape(prefix) + r"(?P<host>.+)-(?P<pid>\d+)-(?P<start>\d+)-"
                          r"[a-z0-9_]{8}$")
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return removed
-    for name in names:
-        match = pattern.match(name)
-        if (match and match["host"] == host
-                and _owner_gone(int(match["pid"]), int(match["start"]))):
-            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
-            removed.append(name)
+    removed = _stale(directory, pattern,
+                     lambda m: _owner_gone(int(m["pid"]), int(m["start"])))
+    for name in removed:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
     return removed
 
 
