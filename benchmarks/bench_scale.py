@@ -36,20 +36,41 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-MEMORY_RUN = r'''
+COMMON = r'''
 import json, sys, tempfile, time
 from dataclasses import dataclass
 from curator_dask import DaskExecutor, Pipeline, ProcessingStage
 from curator_dask.tasks import Task
 
-n = int(sys.argv[1])
-
 @dataclass
 class Tiny(Task):
-    """One source: an integer."""
+    """One source; a str payload is its id (12 hex characters, like a file group's hash)."""
     @property
     def num_items(self): return 1
     def validate(self): return True
+    def get_deterministic_id(self): return self.data if isinstance(self.data, str) else None
+
+@dataclass
+class Noop(ProcessingStage):
+    name: str = "noop"
+    def process(self, task):
+        return task
+
+def run(source, checkpoint, **executor):
+    """``source`` then two no-op stages, on 2 workers of 1 thread, with a checkpoint."""
+    pipeline = Pipeline(name="scale").add_stage(source)
+    pipeline.add_stage(Noop(name="noop_a")).add_stage(Noop(name="noop_b"))
+    with DaskExecutor(n_workers=2, threads_per_worker=1, progress=False, **executor) as ex:
+        return pipeline.run(executor=ex, checkpoint_path=checkpoint)
+
+def peak_rss():
+    """This process's peak RSS in bytes (``ru_maxrss`` would keep the parent's)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+'''
+
+MEMORY_RUN = COMMON + r'''
+n = int(sys.argv[1])
 
 @dataclass
 class Source(ProcessingStage):
@@ -58,25 +79,13 @@ class Source(ProcessingStage):
     def process(self, task):
         return [Tiny(dataset_name="scale", data=i) for i in range(self.n)]
 
-@dataclass
-class Noop(ProcessingStage):
-    name: str = "noop"
-    def process(self, task):
-        return task
-
-pipeline = Pipeline(name="scale").add_stage(Source(n=n))
-pipeline.add_stage(Noop(name="noop_a")).add_stage(Noop(name="noop_b"))
 with tempfile.TemporaryDirectory() as ckpt:
     started = time.perf_counter()
-    with DaskExecutor(n_workers=2, threads_per_worker=1, progress=False,
-                      keep_outputs=False) as executor:
-        result = pipeline.run(executor=executor, checkpoint_path=ckpt)
+    result = run(Source(n=n), ckpt, keep_outputs=False)
     wall = time.perf_counter() - started
-with open("/proc/self/status") as f:  # this process's peak (ru_maxrss keeps the parent's)
-    rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 t = result.timings
 stream = t["end"] - t.get("first_submit", t["end"])
-print(json.dumps({"n": n, "wall": wall, "stream": stream, "rss": rss,
+print(json.dumps({"n": n, "wall": wall, "stream": stream, "rss": peak_rss(),
                   "completed": result.checkpoint["completed"], "outputs": result.num_outputs}))
 '''
 
@@ -127,21 +136,8 @@ def memory(args: argparse.Namespace) -> None:
                 f"{wall:.2f}", f"{rate:,.0f}", f"{rss / 2**20:.1f}", f"{rss / small[3]:.2f}"])
 
 
-RESUME_RUN = r'''
-import json, sys
-from dataclasses import dataclass
-from curator_dask import DaskExecutor, Pipeline, ProcessingStage
-from curator_dask.tasks import Task
-
+RESUME_RUN = COMMON + r'''
 ckpt, ids_file = sys.argv[1], sys.argv[2]
-
-@dataclass
-class Keyed(Task):
-    """One source whose id is its data (12 hex characters, like a file group's hash)."""
-    @property
-    def num_items(self): return 1
-    def validate(self): return True
-    def get_deterministic_id(self): return self.data
 
 @dataclass
 class Source(ProcessingStage):
@@ -149,23 +145,12 @@ class Source(ProcessingStage):
     ids_file: str = ""
     def process(self, task):
         with open(self.ids_file) as f:
-            return [Keyed(dataset_name="resume", data=sid) for sid in json.load(f)]
+            return [Tiny(dataset_name="resume", data=sid) for sid in json.load(f)]
 
-@dataclass
-class Noop(ProcessingStage):
-    name: str = "noop"
-    def process(self, task):
-        return task
-
-pipeline = Pipeline(name="resume").add_stage(Source(ids_file=ids_file))
-pipeline.add_stage(Noop(name="noop_a")).add_stage(Noop(name="noop_b"))
-with DaskExecutor(n_workers=2, threads_per_worker=1, progress=False) as executor:
-    result = pipeline.run(executor=executor, checkpoint_path=ckpt)
-with open("/proc/self/status") as f:  # this process's peak (ru_maxrss keeps the parent's)
-    rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+result = run(Source(ids_file=ids_file), ckpt)
 t = result.timings
 print(json.dumps({"start": t["first_submit"] - t["cluster"],
-                  "loaded": t["checkpoint_loaded"] - t["cluster"], "rss": rss,
+                  "loaded": t["checkpoint_loaded"] - t["cluster"], "rss": peak_rss(),
                   "skipped": result.skipped_sources, "ids": result.checkpoint["loaded"]}))
 '''
 
