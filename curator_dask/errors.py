@@ -110,9 +110,85 @@ class SchedulerLostError(RuntimeError):
     completions already recorded are kept; running the job again processes the rest."""
 
 
+class WorkerJobsFailedError(RuntimeError):
+    """``slurm.max-failed-job-starts`` SLURM worker jobs of ``cluster="slurm"`` in a row ended
+    before their Dask worker joined (a bad ``python``, a ``job_script_prologue`` that fails, a
+    job cancelled at once): the message names each job, the state it ended in and its output
+    file. Completions already recorded are kept; exit status 1 on the command line
+    (``curator_dask/slurm/job_starts.py``)."""
+
+
+class WorkerFailedError(RuntimeError):
+    """The Dask workers could not finish a partition: the workers running it died
+    ``distributed.scheduler.allowed-failures`` + 1 times (Dask's ``KilledWorker``), or the
+    cluster was left with no worker able to run anything. One line naming the stages (the
+    fusion group's), the partition's input files, what happened and what to change.
+    Completions already recorded are kept and the partition stays pending; exit status 1 on
+    the command line (``curator_dask/backends/dask/worker_faults.py``).
+
+    A ``RuntimeError`` like :class:`StageError`: the driver is not out of memory, so it is no
+    ``MemoryError`` (code that catches one to free memory in this process would be misled).
+
+    Example:
+        >>> error = WorkerFailedError("the workers running it died 4 times", stages=["hog"],
+        ...                           source_files=["/in/part-2.jsonl"])
+        >>> print(error)
+        Stage 'hog' could not finish on /in/part-2.jsonl: the workers running it died 4 times
+    """
+
+    what = "could not finish"
+
+    def __init__(self, reason: str, *, stages: list[str], source_files: list[str] | None = None,
+                 task_ids: list[str] | None = None, memory_limit: int | None = None,
+                 workers: list[str] | None = None) -> None:
+        self.reason, self.stages = reason, list(stages)
+        self.source_files, self.task_ids = list(source_files or []), list(task_ids or [])
+        self.memory_limit, self.workers = memory_limit, list(workers or [])
+        names = " + ".join(repr(s) for s in self.stages)
+        subject = f"Stage {names}" if len(self.stages) == 1 else f"Stages {names}"
+        where = (_listed(self.source_files) if self.source_files
+                 else f"task {_listed(self.task_ids, quote=True)}")
+        super().__init__(f"{subject} {self.what} on {where}: {reason}")
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.reason, self.stages, self.source_files,
+                           self.task_ids, self.memory_limit, self.workers))
+
+
+class WorkerMemoryError(WorkerFailedError):
+    """A :class:`WorkerFailedError` caused by worker memory: Dask restarted the workers running
+    the partition for passing ``distributed.worker.memory.terminate`` (95 %) of their memory
+    limit, or every worker stayed paused (``distributed.worker.memory.pause``, 80 %) with
+    nothing running for ``cluster.stalled-workers-grace`` seconds. ``memory_limit`` is the
+    worker's limit in bytes.
+
+    Example:
+        >>> error = WorkerMemoryError("restarted 4 times", stages=["hog"],
+        ...                           source_files=["/in/big.jsonl"], memory_limit=600_000_000)
+        >>> print(error)
+        Stage 'hog' ran out of worker memory on /in/big.jsonl: restarted 4 times
+    """
+
+    what = "ran out of worker memory"
+
+
+def _rebuild(cls: type, reason: str, stages: list[str], source_files: list[str],
+             task_ids: list[str], memory_limit: int | None, workers: list[str]) -> Exception:
+    return cls(reason, stages=stages, source_files=source_files, task_ids=task_ids,
+               memory_limit=memory_limit, workers=workers)
+
+
 class PartitioningChangedError(ValueError):
     """The source stage groups input files differently from the runs that completed sources in
     this checkpoint (another ``files_per_partition``, ``blocksize`` or file list): the
     regrouped files would be processed again and their output written twice. Raised before
     anything is processed; exit status 2 on the command line
     (``curator_dask/resumability/partitioning.py``)."""
+
+
+class OverwriteWithCheckpointError(ValueError):
+    """A writer with ``mode="overwrite"`` in a run with a ``checkpoint_path``: the writer empties
+    its folder, and the run skips the sources the checkpoint records as complete, so their
+    outputs would never be written again. Raised before anything runs, alike for curator_dask's
+    writers (``prepare_output``) and NeMo Curator's (``curator_dask/nemo/checks.py``); exit
+    status 2 on the command line."""

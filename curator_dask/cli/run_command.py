@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     run.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
+    add_allow_target_module(run)
     _add_cluster_arguments(run)
     run.add_argument("--checkpoint-path", metavar="PATH",
                      help="resume from and record completed sources at PATH")
@@ -66,6 +67,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("-v", "--verbose", action="count", default=0,
                      help="more log output (-v: debug for curator_dask, -vv: also Dask)")
     run.set_defaults(func=cmd_run)
+
+
+def add_allow_target_module(p: argparse.ArgumentParser) -> None:
+    """``--allow-target-module`` (also on ``slurm submit``, for the array tasks' ``run``)."""
+    p.add_argument("--allow-target-module", action="append", default=[], metavar="MODULE",
+                   help="a YAML pipeline's nested _target_s (a filter inside ScoreFilter) may "
+                        "also be classes of MODULE and the modules under it, e.g. mypackage "
+                        "(repeatable; adds to config pipeline-files.allowed-modules). Without "
+                        "it only classes of curator_dask, nemo_curator and modules in the "
+                        "pipeline file's folder are made; allow only modules you trust")
 
 
 def _add_cluster_arguments(run: argparse.ArgumentParser) -> None:
@@ -248,13 +259,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
                          "they cannot be combined with --address")
     try:
-        pipeline = load_pipeline(args.pipeline)
+        pipeline = load_pipeline(args.pipeline, args.allow_target_module)
     except PipelineDefinitionError as exc:
         raise UsageError(str(exc)) from None
     run_kwargs = {**job_kwargs(args), **checkpoint_kwargs(args)}  # usage errors before a cluster
     executor = _executor(args)
     _drain_on_signals(executor)
-    from curator_dask.errors import PartitioningChangedError, RunStopped, SchedulerLostError
+    from curator_dask.errors import (
+        OverwriteWithCheckpointError,
+        PartitioningChangedError,
+        RunStopped,
+        SchedulerLostError,
+    )
     from curator_dask.jobs.job import ResumeMismatchError
     from curator_dask.resumability.input_check import InputChangedError
 
@@ -274,7 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               "to process the rest", file=sys.stderr)
         return EXIT_SCHEDULER_LOST
     except (ResumeMismatchError, FileExistsError, InputChangedError,
-            PartitioningChangedError) as exc:
+            PartitioningChangedError, OverwriteWithCheckpointError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         executor.close()

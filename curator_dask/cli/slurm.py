@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from curator_dask.cli.common import EXIT_OK, PROG, UsageError, add_hidden_verbose
+from curator_dask.cli.run_command import add_allow_target_module
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,6 +87,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-check", action="store_true",
                    help="submit without checking the request against the partition (sinfo, "
                         "sbatch --test-only), for sites where those are unavailable")
+    add_allow_target_module(p)  # passed on to each array task's `run`
 
 
 def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int, **shards: object):
@@ -100,6 +102,8 @@ def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int, **sha
         mem=args.mem, nodes=args.nodes, requeue=args.requeue, job_name=args.job_name,
         output=args.output, signal_grace=args.signal_grace,
         dask_runner_tasks=args.dask_runner_tasks, **shards,
+        extra_run_args=tuple(arg for module in args.allow_target_module
+                             for arg in ("--allow-target-module", module)),
     ).validate()
 
 

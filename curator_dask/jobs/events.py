@@ -2,7 +2,8 @@
 
 Every record carries ``job_id``, ``run_id`` (the attempt), a ``seq`` that strictly increases
 across all attempts of the job (a new writer continues after the last record on disk), a UTC
-timestamp and a ``type``. Records are flushed as they are written; ``close`` fsyncs.
+timestamp and a ``type``. Records are flushed as they are written; ``close`` fsyncs. Each
+record is written through :func:`~curator_dask.jobs.redact.redact` (no credential in clear).
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
+
+from curator_dask.jobs.redact import redact
 
 EVENT_TYPES = frozenset({
     "job_start", "job_complete", "job_failed", "job_stopped", "run_resume", "sources_planned",
@@ -49,8 +53,10 @@ class EventLog:
         1
     """
 
-    def __init__(self, path: str, *, job_id: str, run_id: str) -> None:
+    def __init__(self, path: str, *, job_id: str, run_id: str,
+                 secrets: Collection[str] = ()) -> None:
         self.path = path
+        self.secrets = secrets  # the job's secret values, scrubbed from free text
         self.job_id = job_id
         self.run_id = run_id
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -59,7 +65,7 @@ class EventLog:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the job)
 
     def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
-        """Append one record; returns it."""
+        """Append one record (redacted); returns it."""
         if type_ not in EVENT_TYPES:
             msg = f"unknown event type {type_!r}; known: {sorted(EVENT_TYPES)}"
             raise ValueError(msg)
@@ -69,7 +75,7 @@ class EventLog:
             record = {"seq": self._seq, "job_id": self.job_id, "run_id": self.run_id,
                       "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
                       + f".{int(now * 1000) % 1000:03d}Z",
-                      "type": type_, **fields}
+                      "type": type_, **redact(fields, self.secrets)}
             self._file.write(json.dumps(record, default=str) + "\n")
             self._file.flush()
             return record

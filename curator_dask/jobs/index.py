@@ -7,9 +7,10 @@ attempt of a job therefore records ``{job_id, path, started}`` in one JSON file 
 ``$XDG_STATE_HOME/curator_dask/jobs.json`` (``~/.local/state/curator_dask/jobs.json``).
 
 The index is a convenience, never a requirement: it is rewritten atomically under a lock, a
-missing or corrupt index reads as empty, a failure to write it is logged and the run goes on,
-and entries whose folder is gone are skipped when read. It keeps the newest
-:data:`MAX_ENTRIES` jobs.
+missing index reads as empty, a corrupt one (truncated, not JSON or not UTF-8, nested too deep
+to parse, of another shape) reads as empty with one warning naming it and is rewritten whole
+at the next write, a failure to write it is logged and the run goes on, and entries whose
+folder is gone are skipped when read. It keeps the newest :data:`MAX_ENTRIES` jobs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 ENV_VAR = "CURATOR_DASK_JOB_INDEX"
 MAX_ENTRIES = 1000
+# (index, its size and mtime, problem): one warning per corrupt version, not one per read
+_warned: set[tuple[str, tuple[int, int] | None, str]] = set()
 
 
 def index_path() -> str:
@@ -49,16 +52,46 @@ def index_path() -> str:
     return os.path.join(os.path.abspath(os.path.expanduser(state)), "curator_dask", "jobs.json")
 
 
-def read_index(path: str | None = None) -> list[dict[str, Any]]:
-    """The index's entries (newest last); ``[]`` when it is missing or unreadable."""
+def _unusable(path: str, problem: str) -> list[dict[str, Any]]:
     try:
-        with open(path or index_path(), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        st = os.stat(path)
+        version: tuple[int, int] | None = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        version = None
+    if (path, version, problem) not in _warned:
+        _warned.add((path, version, problem))
+        logger.warning("job index %s is unusable (%s); reading it as empty (the next run "
+                       "rewrites it, without the jobs it listed)", path, problem)
+    return []
+
+
+def read_index(path: str | None = None) -> list[dict[str, Any]]:
+    """The index's entries (newest last); ``[]`` when it is missing or unusable (corrupt:
+    then with one warning naming the file). Entries that are not job records are skipped.
+
+    Example:
+        >>> import tempfile, os
+        >>> where = os.path.join(tempfile.mkdtemp(), "jobs.json")
+        >>> with open(where, "w") as f:
+        ...     _ = f.write("[" * 100_000)  # nested too deep for the JSON parser
+        >>> read_index(where)
+        []
+    """
+    path = path or index_path()
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
         return []
+    except OSError as exc:
+        return _unusable(path, f"cannot read it: {exc}")
+    except RecursionError:  # not a ValueError: '[' * 100000 exhausts the parser's stack
+        return _unusable(path, "nested too deep to parse")
+    except ValueError as exc:  # not JSON (truncated, garbage), or not UTF-8
+        return _unusable(path, f"not valid JSON: {exc}")
     jobs = data.get("jobs") if isinstance(data, dict) else None
     if not isinstance(jobs, list):
-        return []
+        return _unusable(path, 'not an object with a "jobs" list')
     return [e for e in jobs if isinstance(e, dict) and isinstance(e.get("job_id"), str)
             and isinstance(e.get("path"), str)]
 

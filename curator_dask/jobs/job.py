@@ -3,6 +3,8 @@
 The job id is the resume token: ``YYYYMMDD_HHMMSS_<6 hex>`` (UTC) or a user-given plain token.
 A resume compares the saved configuration and input fingerprints with the current ones and
 refuses, naming every difference, when they do not match. It never deletes anything.
+Credentials are compared by digest (:mod:`curator_dask.jobs.redact`): a changed one is named,
+never shown.
 (Wiring into ``Pipeline.run`` and the CLI is part of the jobs issue, still in progress.)
 """
 
@@ -15,6 +17,7 @@ import re
 import secrets
 from typing import Any
 
+from curator_dask.jobs.redact import redact
 from curator_dask.resumability.fingerprint import diff_configs, diff_inputs
 from curator_dask.utils.atomic import write_json_atomically
 
@@ -87,7 +90,9 @@ class JobDirectory:
                    "(check --work-dir and the token)")
             raise FileNotFoundError(msg)
         with open(self.file(CONFIG_FILE), encoding="utf-8") as f:
-            config = json.load(f)
+            # Redacted again: a job saved by an older version may hold a credential in clear,
+            # which then compares by digest (and never reaches a refusal message).
+            config = redact(json.load(f))
         with open(self.file(INPUTS_FILE), encoding="utf-8") as f:
             inputs = json.load(f)
         return config, inputs

@@ -22,6 +22,7 @@ from curator_dask.jobs.job import (
     new_job_id,
     validate_job_id,
 )
+from curator_dask.jobs.redact import ScrubbingFormatter, collect_secrets, redact
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
     SUMMARY_FILE,
@@ -94,8 +95,12 @@ class JobRun(RunObserver):
         self.checkpoint_path = checkpoint_path or os.path.join(self.directory.path, "checkpoint")
         self.stages = list(stages)
         self.settings = dict(settings or {})
-        self.config = config = config_fingerprint(stages, checkpoint=self.checkpoint_path,
-                                                  **self.settings)
+        # The secret values the configuration holds: what it writes is redacted by name, and
+        # free text (errors, warnings, log lines) is also scrubbed of these values.
+        with collect_secrets() as found:
+            self.config = config = config_fingerprint(stages, checkpoint=self.checkpoint_path,
+                                                      **self.settings)
+        self.secrets = frozenset(found)
         verify_content = self._verify_mode(verify_content)
         files = _source_files(stages)
         inputs = input_fingerprints(files, content=verify_content, infos=files)
@@ -110,7 +115,7 @@ class JobRun(RunObserver):
         self._open_driver_log()
         self.started = time.time()
         self.events = EventLog(self.directory.file("events.jsonl"), job_id=self.job_id,
-                               run_id=self.run_id)
+                               run_id=self.run_id, secrets=self.secrets)
         self.events.emit("run_resume" if self.resumed else "job_start", pid=os.getpid(),
                          host=socket.gethostname(), command=command,
                          checkpoint=self.checkpoint_path)
@@ -151,8 +156,9 @@ class JobRun(RunObserver):
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self._log_handler = logging.FileHandler(self.log_path, encoding="utf-8")
         self._log_handler.setLevel(logging.INFO)
-        self._log_handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._log_formatter = ScrubbingFormatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s", secrets=self.secrets)
+        self._log_handler.setFormatter(self._log_formatter)
         package_logger = logging.getLogger("curator_dask")
         self._log_level = package_logger.level
         if package_logger.getEffectiveLevel() > logging.INFO:
@@ -173,12 +179,18 @@ class JobRun(RunObserver):
 
         from curator_dask.jobs.job import PLAN_FILE
 
-        write_json_atomically(self.directory.file(PLAN_FILE),
-                              {**plan, "job_id": self.job_id, "run_id": self.run_id}, indent=2)
-        # What this attempt ran with: every curator-dask setting as resolved (config files,
-        # environment, defaults), the executor's choices, and the normalized pipeline.
-        resolved = {"run_id": self.run_id, "curator-dask": dask.config.get("curator-dask"),
-                    "executor": settings, "pipeline": self.config}
+        with collect_secrets() as found:
+            plan = redact({**plan, "job_id": self.job_id, "run_id": self.run_id}, self.secrets)
+            # What this attempt ran with: every curator-dask setting as resolved (config files,
+            # environment, defaults), the executor's choices, and the normalized pipeline.
+            resolved = redact({"run_id": self.run_id,
+                               "curator-dask": dask.config.get("curator-dask"),
+                               "executor": settings, "pipeline": self.config}, self.secrets)
+        if found - self.secrets:  # a credential in the settings: scrubbed from text too
+            # A new set, not an update: the heartbeat thread may be reading the old one.
+            self.secrets = self.events.secrets = self._log_formatter.secrets = (
+                self.secrets | found)
+        write_json_atomically(self.directory.file(PLAN_FILE), plan, indent=2)
         write_json_atomically(self.directory.file("resolved_config.json"), resolved, indent=2,
                               default=str)
 
@@ -242,7 +254,7 @@ class JobRun(RunObserver):
             for key, value in self._progress().items():
                 extra.setdefault(key, value)
         write_summary(
-            self.directory.file(SUMMARY_FILE),
+            self.directory.file(SUMMARY_FILE), self.secrets,
             job_id=self.job_id, run_id=self.run_id, state=self._state,
             started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             checkpoint=self.checkpoint_path, resume_command=self.resume_command,

@@ -1,4 +1,7 @@
-"""``job_summary.json``: the job's state, rewritten atomically (a heartbeat while running)."""
+"""``job_summary.json``: the job's state, rewritten atomically (a heartbeat while running).
+
+It is written through :func:`~curator_dask.jobs.redact.redact`: no credential in clear.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,10 @@ import json
 import os
 import socket
 import time
+from collections.abc import Collection
 from typing import Any
 
+from curator_dask.jobs.redact import redact
 from curator_dask.utils.atomic import write_atomic
 
 STATES = ("running", "completed", "failed", "stopped")
@@ -25,8 +30,10 @@ def process_start_time(pid: int | None = None) -> float | None:
         return None
 
 
-def write_summary(path: str, **fields: Any) -> dict[str, Any]:
+def write_summary(path: str, secrets: Collection[str] = (), **fields: Any) -> dict[str, Any]:
     """Atomically replace ``path`` with the summary; ``state`` must be a known state.
+
+    ``secrets`` are the job's secret values, scrubbed from its free text (the ``error``).
 
     Example:
         >>> import tempfile, os
@@ -38,8 +45,9 @@ def write_summary(path: str, **fields: Any) -> dict[str, Any]:
     if state not in STATES:
         msg = f"job state must be one of {list(STATES)}, got {state!r}"
         raise ValueError(msg)
-    summary = {"host": socket.gethostname(), "pid": os.getpid(),
-               "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
+    summary = redact({"host": socket.gethostname(), "pid": os.getpid(),
+                      "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields},
+                     secrets)
     data = (json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n").encode()
     import fsspec
 

@@ -1,11 +1,13 @@
-"""What cannot run without Ray is refused before anything runs, naming the stage and why."""
+"""What cannot run on the Dask executor is refused before anything runs, naming the stage and
+why: stages that need Ray, and NeMo writers whose ``mode="overwrite"`` would lose the outputs of
+sources the checkpoint skips."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from curator_dask.models import is_nemo
+from curator_dask.models import class_named, is_nemo
 
 # ray_stage_spec() flags of NeMo stages that need Ray actors talking to each other.
 _RAY_ONLY = {
@@ -48,3 +50,46 @@ def refuse_ray_only(stages: Sequence[Any]) -> None:
             msg = (f"stage {stage.name!r} ({type(stage).__name__}) cannot run on the Dask "
                    f"executor: {reason}")
             raise RayOnlyStageError(msg)
+
+
+def refuse_overwrite_with_checkpoint(stages: Sequence[Any], options: Any) -> None:
+    """Refuse a NeMo writer with ``mode="overwrite"`` in a checkpointed run (one line).
+
+    NeMo's writers empty their folder when they are built (``check_output_mode`` in their
+    ``__post_init__``), before curator_dask sees the pipeline; the run would then skip every
+    source the checkpoint records as complete and end with their outputs gone. The refusal is
+    the one curator_dask's own writers give (``overwrite_refused``), also for a checkpoint with
+    no completions yet: the next run on it would be a resume. ``options`` is the run's
+    ``RunOptions`` (its ``checkpoint_path`` and ``checkpoint_storage_options``).
+
+    Raises:
+        OverwriteWithCheckpointError: naming the writer, the checkpoint and the fixes, and,
+            when the checkpoint records completed sources, that their outputs are gone.
+    """
+    checkpoint = options.checkpoint_path
+    if checkpoint is None:
+        return
+    for stage in stages:
+        if not (is_nemo(stage) and class_named(stage, "BaseWriter")
+                and str(getattr(stage, "mode", "")).strip().lower() == "overwrite"):
+            continue
+        from curator_dask.stages.text.io.writer.base import overwrite_refused
+
+        done = completed_count(checkpoint, options.checkpoint_storage_options)
+        lost = ""
+        if done:
+            lost = (f"NeMo's {type(stage).__name__}(mode='overwrite') already emptied "
+                    f"{stage.path} when it was constructed: the outputs of the {done} sources "
+                    "the checkpoint records as complete are gone, and this run would skip them")
+        raise overwrite_refused(stage, checkpoint, lost)
+
+
+def completed_count(checkpoint: str, storage_options: dict | None = None) -> int:
+    """How many sources ``checkpoint`` records as complete (read only; 0 when unreadable: the
+    run is refused either way, only the wording depends on it)."""
+    from curator_dask.resumability.inspect import inspect_checkpoint
+
+    try:
+        return len(inspect_checkpoint(checkpoint, storage_options).completed)
+    except Exception:  # noqa: BLE001 (an unreadable checkpoint fails the run that opens it)
+        return 0

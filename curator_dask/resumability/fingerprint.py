@@ -25,6 +25,7 @@ from typing import Any
 
 import fsspec
 
+from curator_dask.jobs.redact import is_secret_name, redact, redact_secret
 from curator_dask.models import class_named
 
 _MAX_DEPTH = 6
@@ -47,12 +48,6 @@ _RUNTIME_PACKAGES = frozenset({
 # a document is scored or modified, never configuration).
 _NEMO_SCRATCH = frozenset({"_sentences", "_paragraphs", "_ngrams",
                            "_boilerplate_paragraph_indices", "_top_or_bottom_only"})
-# Names whose values are credentials (``hf_token``, ``storage_options["secret"]``): only a
-# digest is kept, so a changed credential is still seen but never written in clear.
-_SECRET = re.compile(
-    r"^_?(?:key|secret|token)$|(?:^|_)(?:hf|auth|access|api|session|bearer|refresh|id)_token$"
-    r"|(?:^|_)(?:password|passwd|secret|secret_key|access_key|api_key|private_key|credentials?)$",
-    re.IGNORECASE)
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodWrapperType,
               types.WrapperDescriptorType, types.MethodDescriptorType,
               types.ClassMethodDescriptorType)
@@ -62,15 +57,6 @@ def _is_runtime(value: Any) -> bool:
     return isinstance(value, types.ModuleType) or any(
         (getattr(c, "__module__", None) or "").partition(".")[0] in _RUNTIME_PACKAGES
         for c in type(value).__mro__[:-1])
-
-
-def _secret(name: Any, value: Any) -> bool:
-    return isinstance(value, str | bytes) and isinstance(name, str) and bool(_SECRET.search(name))
-
-
-def _redacted(value: str | bytes) -> str:
-    data = value.encode() if isinstance(value, str) else value
-    return f"<redacted sha256:{hashlib.sha256(data).hexdigest()[:16]}>"
 
 
 def _digest(value: Any) -> str:
@@ -127,7 +113,7 @@ def _normalize(value: Any, depth: int = 0, compact: bool = False,
     if isinstance(value, Mapping):
         keys = {(k if isinstance(k, str | int | float | bool) or k is None
                  else json.dumps(deeper(k), sort_keys=True)): v for k, v in value.items()}
-        out = {str(k): _redacted(v) if _secret(k, v) else deeper(v)
+        out = {str(k): _param(k, v, deeper)
                for k, v in sorted(keys.items(), key=lambda kv: str(kv[0]))}
         return ({"__len__": len(out), "__sha256__": _digest(out)}
                 if compact and len(out) > _MAX_ITEMS else out)
@@ -173,9 +159,10 @@ def _normalize(value: Any, depth: int = 0, compact: bool = False,
             **{n: _param(n, v, inner) for n, v in attributes}}
 
 
-def _param(name: str, value: Any, normalize: Any = _normalize) -> Any:
-    """A named parameter's normalized value; a credential's only as a digest."""
-    return _redacted(value) if _secret(name, value) else normalize(value)
+def _param(name: Any, value: Any, normalize: Any = _normalize) -> Any:
+    """A named parameter's normalized value; under a credential's name, digests only (the
+    rule: :mod:`curator_dask.jobs.redact`), taken before a container is compacted."""
+    return redact_secret(normalize(value)) if is_secret_name(name) else normalize(value)
 
 
 def _qualname(obj: Any) -> str:
@@ -207,9 +194,10 @@ def stage_fingerprint(stage: Any) -> dict[str, Any]:
       scratch attributes of NeMo's filters and modifiers (``_sentences``, ``_paragraphs``,
       ``_ngrams``, ...). Within such an object a container of more than 256 items is
       fingerprinted by length and digest.
-    - A string under a credential's name (``hf_token``, ``password``, a ``storage_options``
-      ``key``, ``secret`` or ``token``, ...) by a digest only: a change is seen, the value
-      never written.
+    - A value under a credential's name, at any depth (``hf_token``, ``password``,
+      ``storage_options`` ``account_key``, ``sas_token``, ``connection_string``, ...), and the
+      value of a ``name=value`` pair with such a name inside a string, by a digest only: a
+      change is seen, the value never written (the rule: :mod:`curator_dask.jobs.redact`).
     - Run-time state is represented by its class only, so that it neither fails nor
       destabilizes the fingerprint: modules, and objects of the standard library's thread,
       lock, queue, logging, file, socket and process modules, of file systems and clients
@@ -234,7 +222,7 @@ def stage_fingerprint(stage: Any) -> dict[str, Any]:
             "is_resumable"}
     params = {n: _param(n, getattr(stage, n)) for n in names
               if not n.startswith("_") and n not in skip}
-    return {
+    return redact({
         "class": _qualname(type(stage)),
         "name": stage.name,
         "source": bool(stage.is_source_stage),
@@ -242,13 +230,13 @@ def stage_fingerprint(stage: Any) -> dict[str, Any]:
         "resources": _normalize(stage.resources),
         "batch_size": stage.batch_size,
         "params": params,
-    }
+    })
 
 
 def config_fingerprint(stages: Sequence[Any], **settings: Any) -> dict[str, Any]:
     """The normalized configuration of a built pipeline plus run settings, and its digest."""
     body = {"stages": [stage_fingerprint(s) for s in stages],
-            "settings": _normalize(settings)}
+            "settings": redact(_normalize(settings))}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return {"digest": hashlib.sha256(text.encode()).hexdigest(), **body}
 

@@ -15,6 +15,13 @@ Two ways to size the cluster:
   stay idle for ``slurm.adapt-idle-timeout`` seconds. A lost job stays in the cluster's plan,
   so adaptive scaling submits it again by itself; the watchdog then only warns when jobs were
   asked for and none has connected for ``cluster.wait-for-workers-timeout`` seconds.
+
+In both, a job that ends before its worker joins is unknown to Dask and stays in the plan: the
+watchdog replaces it, and after ``slurm.max-failed-job-starts`` in a row :meth:`failure` is the
+run's error (``slurm/job_starts.py``).
+
+Each worker job exports the workers' ``PYTHONHASHSEED`` before ``dask worker`` starts
+(:func:`hash_seed_prologue`), so that all of them hash strings alike.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import tempfile
 import threading
 import time
 from typing import Any
+
+from curator_dask.utils.hash_seed import worker_hash_seed
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +88,9 @@ class SlurmClusterHandle:
     between ``adapt=(minimum, maximum)`` worker jobs.
 
     Keyword arguments go to ``SLURMCluster`` and default to dask-jobqueue's ``jobqueue.slurm``
-    configuration (cores, memory, queue, walltime, interface, ...).
+    configuration (cores, memory, queue, walltime, interface, ...). ``max_failed_job_starts``
+    (default: config ``slurm.max-failed-job-starts``) worker jobs in a row that end before
+    their worker joins make :meth:`failure` a ``WorkerJobsFailedError``.
 
     Example:
         >>> # handle = SlurmClusterHandle(jobs=2, cores=4, memory="8GB", walltime="01:00:00")
@@ -89,10 +100,13 @@ class SlurmClusterHandle:
 
     def __init__(self, jobs: int | None = 1, *, adapt: tuple[int, int] | None = None,
                  tls: bool = True, watchdog_interval: float | None = None,
-                 **cluster_kwargs: Any) -> None:
+                 max_failed_job_starts: int | None = None, **cluster_kwargs: Any) -> None:
         from curator_dask import config
+        from curator_dask.slurm.job_starts import JobStarts
 
         watchdog_interval = float(config.get("slurm.watchdog-interval", watchdog_interval))
+        self._starts = JobStarts(config.get("slurm.max-failed-job-starts",
+                                            max_failed_job_starts))
         try:
             from dask_jobqueue import SLURMCluster
         except ImportError as exc:
@@ -116,9 +130,11 @@ class SlurmClusterHandle:
             kwargs.setdefault("shared_temp_directory", self._tls_dir)
             kwargs["security"] = True
         kwargs.update(loopback_dashboards(kwargs))
+        kwargs.update(hash_seed_prologue(kwargs, worker_hash_seed()))
         self._worker_args = [str(a) for a in kwargs["worker_extra_args"]]
         self.cluster = SLURMCluster(**kwargs)
         self.tls = str(self.cluster.scheduler_address).startswith("tls://")
+        self._starts.attach(self.cluster)  # before the first job is submitted
         self._stop = threading.Event()
         if self.adapt is None:
             self.cluster.scale(jobs=jobs)
@@ -166,8 +182,42 @@ class SlurmClusterHandle:
         pairs = (item.split("=", 1) for item in found.replace(",", " ").split() if "=" in item)
         return {name.strip(): float(value) for name, value in pairs}
 
+    def failure(self) -> Exception | None:
+        """The run's error once ``slurm.max-failed-job-starts`` worker jobs in a row ended
+        before their Dask worker joined (a ``WorkerJobsFailedError``), else ``None``."""
+        return self._starts.failure()
+
+    def wait_for_first_worker(self, client: Any, timeout: float) -> None:
+        """``client.wait_for_workers(1, timeout)``, but raising :meth:`failure` as soon as
+        the watchdog has seen the worker jobs fail, instead of at the timeout."""
+        from distributed.exceptions import WorkerStartTimeoutError
+
+        deadline = time.monotonic() + float(timeout)
+        while True:
+            error = self.failure()
+            if error is not None:
+                raise error
+            left = deadline - time.monotonic()
+            try:
+                client.wait_for_workers(1, timeout=max(0.1, min(1.0, left)))
+                return
+            except WorkerStartTimeoutError as exc:
+                if left <= 1.0:
+                    raise WorkerStartTimeoutError(exc.available_workers, 1, timeout) from None
+
+    def _check_starts(self) -> None:
+        """Replace the worker jobs that ended before their worker joined (they stay in the
+        cluster's plan otherwise: nothing would submit another), up to the bound."""
+        try:
+            dropped = self._starts.check(self.cluster)
+            if dropped and not self._stop.is_set():
+                self.cluster.sync(self.cluster.scale_down, dropped)
+        except Exception as exc:  # noqa: BLE001 (keep watching; the next look tries again)
+            logger.warning("SLURM watchdog could not check its worker jobs: %s", exc)
+
     def _watch(self, interval: float) -> None:
         while not self._stop.wait(interval):
+            self._check_starts()
             try:
                 running = len(self.cluster.scheduler_info.get("workers", {}))
                 if running < self.jobs:
@@ -186,6 +236,7 @@ class SlurmClusterHandle:
         since: float | None = None
         warned = False
         while not self._stop.wait(interval):
+            self._check_starts()
             try:
                 asked = len(self.cluster.worker_spec)
                 running = len(self.cluster.scheduler_info.get("workers", {}))
@@ -297,6 +348,37 @@ def loopback_dashboards(kwargs: dict[str, Any]) -> dict[str, Any]:
     if not any(str(a).startswith("--dashboard-address") for a in worker):
         worker += ["--dashboard-address", "127.0.0.1:0"]
     return {"scheduler_options": scheduler, "worker_extra_args": worker}
+
+
+def hash_seed_prologue(kwargs: dict[str, Any], seed: str | None) -> dict[str, Any]:
+    """``job_script_prologue`` for ``SLURMCluster`` that exports ``PYTHONHASHSEED=seed``
+    before ``dask worker`` starts (a running interpreter cannot change its hash seed; see
+    :mod:`curator_dask.utils.hash_seed`), so every worker job hashes strings alike. The
+    prologue given (in ``kwargs``, else ``jobqueue.slurm.job-script-prologue``, else the
+    deprecated ``env_extra``) is kept after it; nothing changes when it mentions
+    ``PYTHONHASHSEED`` itself or ``seed`` is ``None``.
+
+    Example:
+        >>> hash_seed_prologue({"job_script_prologue": ["module load python"]}, "6640")
+        {'job_script_prologue': ['export PYTHONHASHSEED=6640', 'module load python']}
+        >>> hash_seed_prologue({"job_script_prologue": ["export PYTHONHASHSEED=1"]}, "6640")
+        {}
+    """
+    import shlex
+
+    import dask.config
+
+    from curator_dask.utils.hash_seed import ENV
+
+    lines = kwargs.get("job_script_prologue")
+    if lines is None:
+        lines = dask.config.get("jobqueue.slurm.job-script-prologue", None)
+    if not lines:
+        lines = kwargs.get("env_extra") or dask.config.get("jobqueue.slurm.env-extra", None)
+    lines = [str(line) for line in lines or []]
+    if seed is None or any(ENV in line for line in lines):
+        return {}
+    return {"job_script_prologue": [f"export {ENV}={shlex.quote(seed)}", *lines]}
 
 
 def _remove_empty_dirs(base: str) -> None:

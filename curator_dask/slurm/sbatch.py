@@ -3,7 +3,9 @@
 The script exports the shard variables exactly as NeMo Curator's ``submit_array.sh`` does
 (docs/design/contract.md §5.16), so ``SHARD_INDEX_OFFSET`` windows and retries work the same
 way, and asks SLURM for ``--signal=B:USR1@<grace>`` so the driver can drain before the time
-limit.
+limit. It exports ``PYTHONHASHSEED`` (unless the job's environment has one) before the driver,
+and with ``--dask-runner-tasks`` every rank of its ``srun`` step, starts: the driver and its
+workers hash strings alike (:mod:`curator_dask.utils.hash_seed`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
+
+from curator_dask import config as _config
+from curator_dask.utils.hash_seed import CONFIG_KEY as HASH_SEED_KEY
+from curator_dask.utils.hash_seed import ENV as HASH_SEED_ENV
+from curator_dask.utils.hash_seed import check_hash_seed, worker_hash_seed
 
 _ARRAY_RE = re.compile(r"^\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*(%\d+)?$")
 
@@ -51,6 +58,9 @@ class ArrayJobSpec:
     workdir: str = field(default_factory=os.getcwd)
     python: str = field(default_factory=lambda: sys.executable)
     extra_run_args: tuple[str, ...] = ()
+    # PYTHONHASHSEED of the job's processes unless its environment has one; None: not set
+    python_hash_seed: str | None = field(
+        default_factory=lambda: worker_hash_seed(_config.get(HASH_SEED_KEY)))
 
     def validate(self) -> ArrayJobSpec:
         if not _ARRAY_RE.match(self.array):
@@ -71,6 +81,7 @@ class ArrayJobSpec:
             msg = (f"dask_runner_tasks must be at least 3 (scheduler, driver, one worker), "
                    f"got {self.dask_runner_tasks}")
             raise ValueError(msg)
+        check_hash_seed(self.python_hash_seed, given="python_hash_seed")
         return self
 
 
@@ -112,6 +123,10 @@ def render_array_script(spec: ArrayJobSpec) -> str:
         'export NEMO_CURATOR_SLURM_ARRAY_MINIMUM_SHARD_INDEX="${MINIMUM_SHARD_INDEX}"',
         "export SHARD_INDEX_OFFSET SHARD_INDEX TOTAL_SHARDS MINIMUM_SHARD_INDEX",
     ]
+    seed = check_hash_seed(spec.python_hash_seed, given="python_hash_seed")
+    if seed is not None:
+        # read at interpreter start only: the driver and every srun rank inherit it
+        lines.append(f'export {HASH_SEED_ENV}="${{{HASH_SEED_ENV}:-{seed}}}"')
     if spec.dask_runner_tasks is None:
         lines += [
             'WORKERS="${SLURM_CPUS_PER_TASK:-1}"',

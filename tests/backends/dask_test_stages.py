@@ -169,3 +169,36 @@ class Interval(ProcessingStage[DocumentBatch, DocumentBatch]):
         time.sleep(self.seconds)
         _append(self.log, f"{start} {time.time()}")
         return task
+
+
+@dataclass
+class StampPid(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Adds the process id that ran it as a column (where does a stage run?)."""
+
+    name: str = "stamp_pid"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        table = task.to_pyarrow()
+        table = table.append_column("pid", pa.array([os.getpid()] * table.num_rows))
+        return DocumentBatch(dataset_name=task.dataset_name, data=table,
+                             _metadata=dict(task._metadata), _stage_perf=list(task._stage_perf))
+
+
+@dataclass
+class StampPidOnGpu(StampPid):
+    """``StampPid`` that asks for a GPU (no test worker has one)."""
+
+    name: str = "stamp_pid_gpu"
+
+    def __post_init__(self) -> None:
+        self.resources = Resources(gpus=1.0)
+
+
+@dataclass
+class PassFiles(ProcessingStage):
+    """A source stage over initial ``FileGroupTask``s that passes them on (content ids)."""
+
+    name: str = "pass_files"
+
+    def process(self, task):
+        return task

@@ -189,7 +189,7 @@ STARTS = textwrap.dedent("""
         name: str = "records_starts"
         def process(self, task):
             with open(os.path.abspath("starts.log"), "a") as f:
-                f.write(f"{time.time()}\\n")
+                f.write("start\\n")
             time.sleep(2.0)
             return task
 
@@ -201,25 +201,24 @@ STARTS = textwrap.dedent("""
 
 def test_a_stop_cancels_queued_sources_at_once(tmp_path):
     """One worker thread, two chains in flight: one runs, one waits. After SIGUSR1 the one
-    waiting never starts (the stage logs each start), the run ends after the running one, and
-    the message counts what completed."""
-    import time
-
+    waiting never starts (the stage logs each start in the log the test marks when it
+    signals: order, not time), and the message counts what completed."""
     (tmp_path / "pipe.py").write_text(STARTS)
     generate_jsonl(str(tmp_path / "input"), files=6, docs_per_file=2, seed=9)
     starts = tmp_path / "starts.log"
     proc = start_cli("run", "pipe.py:build", "--workers", "1", "--threads-per-worker", "1",
                      "--no-progress", "--no-fuse", "--checkpoint-path", "ckpt", cwd=tmp_path)
     poll_for(starts.exists, 60, "no source started", on_timeout=proc.kill)
-    signalled = time.time()
+    with open(starts, "a") as f:
+        f.write("signal\n")
     proc.send_signal(signal.SIGUSR1)
     _, stderr = proc.communicate(timeout=90)
-    ended = time.time()
     assert proc.returncode == 3, stderr[-2000:]
-    started = [float(line) for line in starts.read_text().split()]
-    assert all(t < signalled for t in started), (started, signalled)  # nothing started after
-    assert ended - signalled < 2.0 + 3.0  # the running source's 2 s, not two sources' 4 s
+    log = starts.read_text().split()
+    assert log.count("signal") == 1 and log[-1] == "signal", log  # nothing started after it
+    started = log.count("start")
+    assert 1 <= started < 6, log
     assert "queued tasks cancelled" in stderr
     done = completed_ids(tmp_path / "ckpt")
     stated = re.search(r"stopped after (\d+) of 6 source partitions completed", stderr)
-    assert stated and int(stated.group(1)) == len(done) == len(started), stderr[-2000:]
+    assert stated and int(stated.group(1)) == len(done) == started, stderr[-2000:]

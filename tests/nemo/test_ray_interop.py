@@ -4,8 +4,9 @@ same files, bytes, names and task ids; NeMo's checkpoint is honoured by the Dask
 the Dask executor's by NeMo's.
 
 The Ray side runs in a child process (Ray's daemons and its ``RAY_ADDRESS`` stay out of the
-test process) and ends its cluster whatever happens; the test then checks that no Ray process
-is left.
+test process) and ends its cluster whatever happens; the test then checks that no process it
+started is left: they carry a marker in their environment (Ray's daemons inherit it), so Ray
+processes of anyone else on the machine are not looked at.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 
 from tests.helpers import REPO_ROOT, completed_ids, poll_for
 from tests.nemo.nemo_pipelines import curation_pipeline, files_of, nemo_completed, write_input
@@ -56,6 +58,7 @@ def test_same_as_nemos_ray_executor_and_checkpoints_interoperate(tmp_path, execu
                                                   os.environ.get("PATH", "")]),
            "PYTHONPATH": str(REPO_ROOT)}
     env.pop("RAY_ADDRESS", None)
+    marker = env[MARKER] = uuid.uuid4().hex
     proc = subprocess.run(
         [sys.executable, "-c", RAY_SIDE, str(data), str(tmp_path / "ray_out"), str(ray_ck),
          str(dask_ck), str(tmp_path / "ray_rerun_out")],
@@ -63,7 +66,7 @@ def test_same_as_nemos_ray_executor_and_checkpoints_interoperate(tmp_path, execu
     report_lines = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
     assert proc.returncode == 0 and report_lines, (proc.stdout + proc.stderr)[-4000:]
     report = json.loads(report_lines[-1][len("REPORT "):])
-    poll_for(lambda: not _ray_processes(), 30, lambda: f"Ray left {_ray_processes()}")
+    poll_for(lambda: not _started_by(marker), 30, lambda: f"Ray left {_started_by(marker)}")
     # the same output files, bytes and names; the same task ids
     assert files_of(tmp_path / "ray_out") == files_of(tmp_path / "dask_out")
     assert report["ids"] == sorted(t.task_id for t in dask)
@@ -80,9 +83,18 @@ def test_same_as_nemos_ray_executor_and_checkpoints_interoperate(tmp_path, execu
     assert not list((tmp_path / "dask_rerun_out").glob("*.jsonl"))
 
 
-def _ray_processes() -> list[str]:
+MARKER = "CURATOR_DASK_TEST_RAY_SIDE"
+
+
+def _started_by(marker: str) -> list[str]:
+    """The processes alive that carry this test's marker in their environment."""
     import psutil
 
-    names = ("raylet", "gcs_server", "ray::")
-    return [p.info["name"] for p in psutil.process_iter(["name"])
-            if p.info["name"] and p.info["name"].startswith(names)]
+    found = []
+    for p in psutil.process_iter(["name", "pid"]):
+        try:
+            if p.environ().get(MARKER) == marker:
+                found.append(f"{p.info['name']} ({p.info['pid']})")
+        except (psutil.Error, OSError):  # gone meanwhile, or a zombie
+            continue
+    return found

@@ -63,8 +63,13 @@ def provision(spec: ClusterSpec) -> Provisioned:
         found = start(spec, stack)
         bound_client_log(found.client)
         if spec.adapt is None or spec.adapt[0] > 0:
-            found.client.wait_for_workers(
-                1, timeout=_config.get("cluster.wait-for-workers-timeout"))
+            timeout = _config.get("cluster.wait-for-workers-timeout")
+            # a SLURM handle stops waiting once its worker jobs keep failing at start
+            wait = getattr(found.cluster, "wait_for_first_worker", None)
+            if wait is not None:
+                wait(found.client, timeout)
+            else:
+                found.client.wait_for_workers(1, timeout=timeout)
         if found.dashboard_on is None:  # a cluster we did not start: ask its scheduler once
             found.dashboard_on = _has_dashboard(found.client)
     except BaseException:
@@ -124,7 +129,7 @@ def _embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
         kwargs.pop("host")  # threads in this process talk in-process, not over TCP
     trim = _config.get("local-cluster.malloc-trim-threshold")
     cluster = stack.enter_context(embedded_cluster(malloc_trim_threshold=trim, **kwargs))
-    client = stack.enter_context(Client(cluster))
+    client = _closing(stack, Client(cluster))
     on = bool(dashboard) and importlib.util.find_spec("bokeh") is not None
     return Provisioned(client, cluster, stack, dashboard_on=on)
 
@@ -132,7 +137,7 @@ def _embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
 def _address(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     from distributed import Client
 
-    client = stack.enter_context(Client(spec.address))
+    client = _closing(stack, Client(spec.address))
     # Remote workers do not share the driver's stderr: bring stage logs back.
     client.forward_logging("curator_dask")
     return Provisioned(client, None, stack)
@@ -150,7 +155,7 @@ def _slurm(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     handle = SlurmClusterHandle(spec.jobs, adapt=spec.adapt, tls=spec.tls,
                                 **spec.cluster_kwargs)
     stack.callback(handle.close)
-    client = stack.enter_context(Client(handle.cluster))
+    client = _closing(stack, Client(handle.cluster))
     client.forward_logging("curator_dask")
     return Provisioned(client, handle, stack)
 
@@ -166,14 +171,52 @@ def _slurm_runner(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned
     except ImportError as exc:
         msg = "cluster='slurm-runner' needs dask-jobqueue: pip install 'curator_dask[slurm]'"
         raise ImportError(msg) from exc
+    hash_seed_for_worker_rank()
     scheduler_file = spec.scheduler_file or os.path.join(
         os.getcwd(), ".curator-dask-scheduler-{job_id}.json")
     runner = stack.enter_context(SLURMRunner(
         scheduler_file=scheduler_file, scheduler_options={"dashboard_address": None}))
     os.environ[DRIVER_ENV] = "1"
-    client = stack.enter_context(Client(runner))
+    client = _closing(stack, Client(runner))
     client.wait_for_workers(runner.n_workers, timeout=300)
     return Provisioned(client, runner, stack, dashboard_on=False)
+
+
+def hash_seed_for_worker_rank() -> None:
+    """A ``slurm-runner`` worker rank (``SLURM_PROCID`` 2 and up) started without
+    ``PYTHONHASHSEED`` runs its own command line again with it (``os.execve``: the same process
+    id, so ``srun`` still tracks it), since an interpreter's hash secret is drawn at its start
+    (:mod:`curator_dask.utils.hash_seed`). The ranks reach this before anything else: every
+    rank calls ``executor.start()`` first. Where the command cannot run again (code read from
+    stdin, an interactive interpreter) the rank keeps its own seed, with a warning."""
+    import sys
+
+    from curator_dask.utils.hash_seed import ENV, worker_hash_seed
+
+    rank = os.environ.get("SLURM_PROCID", "0")
+    if not rank.isdigit() or int(rank) < 2 or os.environ.get(ENV, "").strip():
+        return
+    seed = worker_hash_seed()
+    if seed is None:
+        return
+    argv = list(getattr(sys, "orig_argv", ()))
+    if len(argv) < 2 or argv[1] in ("-", "-i") or sys.flags.interactive:
+        logger.warning("slurm-runner worker rank %s runs without %s, so strings hash unlike "
+                       "in the other ranks; export %s=%s before srun", rank, ENV, ENV, seed)
+        return
+    logger.info("slurm-runner worker rank %s: starting again with %s=%s", rank, ENV, seed)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, {**os.environ, ENV: seed})
+
+
+def _closing(stack: contextlib.ExitStack, client: Any) -> Any:
+    """``client``, closed with ``stack``. Not entered as a context manager: ``Client.__enter__``
+    makes it current in a ``ContextVar`` that only the same thread's context may reset, and an
+    executor may be started in one thread and closed in another (a notebook's, a web server's).
+    The client is the process's default client all the same (``set_as_default``)."""
+    stack.callback(client.close)
+    return client
 
 
 def _has_dashboard(client: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from curator_dask import config as _config
@@ -123,7 +124,11 @@ class DaskExecutor(BaseExecutor):
         )
         self.cluster_kwargs = dict(cluster_kwargs or {})
         self.drain_timeout = float(_config.get("execution.drain-timeout"))
-        self.stop_signal = StopSignal()
+        # Each run has its own stop (two runs on one entered executor stop independently);
+        # request_stop reaches every run in progress. The lock orders start, close and the
+        # set of runs for runs made from several threads.
+        self._lock = threading.RLock()
+        self._runs: set[StopSignal] = set()
         hook.install()  # NeMo's Pipeline.run(checkpoint_path=...) then runs here, not on Ray
         self._provisioned: Any = None
         self._entered = False
@@ -152,16 +157,39 @@ class DaskExecutor(BaseExecutor):
             "max_sources_per_task", "fuse", "drain_timeout", "jobs", "adapt", "keep_outputs")}
 
     def request_stop(self, reason: str = "stop requested") -> None:
-        """Stop starting sources; running ones get ``execution.drain-timeout`` seconds to finish.
+        """Stop starting sources in every run in progress on this executor; running ones get
+        ``execution.drain-timeout`` seconds to finish.
 
-        Safe to call from a signal handler or another thread. The run then raises
-        :class:`~curator_dask.errors.RunStopped` after flushing the checkpoint.
+        Safe to call from a signal handler or another thread. Each run then raises
+        :class:`~curator_dask.errors.RunStopped` after flushing its checkpoint. A request
+        made while no run is in progress is not kept for a later run.
         """
-        self.stop_signal.request(reason)
+        for stop in list(self._runs):
+            stop.request(reason)
+
+    def run_started(self) -> StopSignal:
+        """A new run's own stop signal, reached by :meth:`request_stop` until
+        :meth:`run_ended`."""
+        stop = StopSignal()
+        with self._lock:
+            self._runs.add(stop)
+        return stop
+
+    def run_ended(self, stop: StopSignal) -> None:
+        """The end of a run: the cluster is closed when this executor is not entered (a
+        context manager) and no other run is still in progress on it."""
+        with self._lock:
+            self._runs.discard(stop)
+            if not self._entered and not self._runs:
+                self.close()
 
     # -- cluster lifecycle ------------------------------------------------------------------
     def start(self) -> Client:
-        """Connect to (or start) the cluster; idempotent."""
+        """Connect to (or start) the cluster; idempotent, also from several threads."""
+        with self._lock:
+            return self._start()
+
+    def _start(self) -> Client:
         if self._provisioned is None:
             from curator_dask.backends.dask.clusters import ClusterSpec, provision
 
@@ -195,14 +223,10 @@ class DaskExecutor(BaseExecutor):
 
     def close(self) -> None:
         """Close the cluster this executor started (a given client is left open)."""
-        found, self._provisioned = self._provisioned, None
+        with self._lock:
+            found, self._provisioned = self._provisioned, None
         if found is not None:
             found.stack.close()
-
-    def release(self) -> None:
-        """The end of a run: close the cluster unless the executor is used as a context."""
-        if not self._entered:
-            self.close()
 
     def __enter__(self) -> DaskExecutor:
         self.start()
@@ -229,8 +253,9 @@ class DaskExecutor(BaseExecutor):
         """
         from curator_dask.backends.dask.session import DaskRun
 
-        run = DaskRun(self, stages, options or RunOptions.plain(), observer or NullObserver())
-        return run.execute(initial_tasks)
+        run = DaskRun(self, stages, options or RunOptions.plain(), observer or NullObserver(),
+                      initial_tasks)
+        return run.execute()
 
 
 def _check_adapt(cluster: Any, jobs: Any, adapt: Any) -> tuple[int, int] | None:

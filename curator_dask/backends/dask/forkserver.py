@@ -13,13 +13,17 @@ those modules once (``local-cluster.forkserver-preload``) and forks each worker 
 - the server ignores SIGINT, and the workers ignore it from their Dask preload
   (:mod:`.worker_setup`), so Ctrl+C stays the driver's to handle;
 - it exits once the driver and every worker it forked have exited (``multiprocessing``'s
-  "alive" pipe); later embedded clusters of the same driver reuse it.
+  "alive" pipe); later embedded clusters of the same driver reuse it;
+- the workers it forked die with it if it is killed (:mod:`.forkserver_preload`, what the
+  server runs at its start).
 
 A forked worker has the server's environment, not the driver's at the time of the cluster
-start. The server is therefore started with the environment a spawned worker would get (the
-driver's, plus Dask's ``distributed.nanny.pre-spawn-environ``), and replaced by a new one
-when that environment has changed by the time a cluster starts. ``start-method: spawn``
-brings back one fresh interpreter per worker.
+start, and its hash secret (``PYTHONHASHSEED`` acts at an interpreter's start only). The
+server is therefore started with the environment a spawned worker would get (the driver's,
+plus Dask's ``distributed.nanny.pre-spawn-environ``, with the workers' ``PYTHONHASHSEED``),
+and replaced by a new one when that environment has changed by the time a cluster starts.
+``start-method: spawn`` brings back one fresh interpreter per worker. A server that died is
+started again by the next cluster (:mod:`.local` retries a cluster start it broke, once).
 
 The server is started as early as the driver shows it will run pipelines: when it first gets
 ``Pipeline`` or ``DaskExecutor`` from ``curator_dask`` (:func:`prestart_on_import`), so that
@@ -32,23 +36,22 @@ when a ``DaskExecutor`` for another cluster is made.
 from __future__ import annotations
 
 import contextlib
-import gc
-import importlib
 import json
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from curator_dask.backends.dask.forkserver_preload import PRELOAD_ENV
+
 logger = logging.getLogger(__name__)
 
 METHODS = ("forkserver", "spawn")
-# Set only in the server's environment while it starts: what it imports (and its sys.path).
-PRELOAD_ENV = "CURATOR_DASK_FORKSERVER_PRELOAD"
+# What the server imports first (it then imports the workers' modules, see there).
+_SERVER_MODULE = "curator_dask.backends.dask.forkserver_preload"
 
 # Variables that change during a process's life for bookkeeping only: not worth a new server.
 _VOLATILE = frozenset({PRELOAD_ENV, "PYTEST_CURRENT_TEST"})
@@ -61,7 +64,7 @@ _state: dict[str, Any] = {"pid": None, "owner": None, "key": None, "users": 0,
 # What a start at import assumes before Dask's config is read (Dask's default pre-spawn
 # environment, less MALLOC_TRIM_THRESHOLD_ as curator_dask's default); checked at the cluster.
 _ASSUMED_PRE_SPAWN = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-_ENV_CONFIG = "DASK_CURATOR_DASK__LOCAL_CLUSTER__"  # the config keys as environment variables
+_ENV_CONFIG = "DASK_CURATOR_DASK__"  # the config keys as environment variables
 
 
 def start_method(configured: str | None = None) -> str:
@@ -116,8 +119,14 @@ def ensure(pre_spawn: dict[str, Any]) -> int | None:
     environ = server_environ(pre_spawn)
     key = _key(environ, modules)
     with _lock:
+        died = _state["owner"] == os.getpid() and not _running(_state["pid"])
+        if died:  # killed (while the driver lives, ours exits only when retired)
+            logger.warning("the forkserver of the embedded cluster's workers (pid %s) has died; "
+                           "starting a new one", _state["pid"])
         if server._forkserver_pid is not None and not _ours(server):
-            return None  # someone else's (or a parent's): its environment is unknown
+            if not died:
+                return None  # someone else's (or a parent's): its environment is unknown
+            _retire(server)  # one multiprocessing started after ours died: not our environment
         if server._forkserver_pid is not None and _state["key"] != key:
             if _state["users"]:
                 return None
@@ -125,6 +134,12 @@ def ensure(pre_spawn: dict[str, Any]) -> int | None:
         _launch(server, environ, modules)  # nothing to do when it is running
         _state.update(pid=server._forkserver_pid, owner=os.getpid(), key=key)
         return _state["pid"]
+
+
+def alive(pid: int | None) -> bool:
+    """Whether ``pid`` is the forkserver this module started and it is still running (not
+    killed, and not replaced by one ``multiprocessing`` restarted on its own)."""
+    return pid is not None and server_pid() == pid and _running(pid)
 
 
 def _key(environ: dict[str, str], modules: list[str]) -> tuple:
@@ -150,7 +165,7 @@ def prestart_on_import() -> None:
         if server is None:
             return
         modules = [str(m) for m in _packaged("forkserver-preload") or []]
-        environ = server_environ(_ASSUMED_PRE_SPAWN)
+        environ = server_environ(_early_pre_spawn())
         with _lock:
             if server._forkserver_pid is not None:
                 return  # running already: ours, or someone else's
@@ -179,26 +194,41 @@ def _may_start_early() -> bool:
             and "forkserver" in multiprocessing.get_all_start_methods())
 
 
-def _early_config(name: str, default: str) -> str:
-    """``local-cluster.<name>`` before Dask's config is read: from ``dask.config`` where Dask
+def _early_config(name: str, default: str, section: str = "local-cluster") -> str:
+    """``<section>.<name>`` before Dask's config is read: from ``dask.config`` where Dask
     is imported already, else from its environment variable, else ``default`` (lower case)."""
     value = None
     dask_config = sys.modules.get("dask.config")
     if dask_config is not None:
-        value = dask_config.get(f"curator-dask.local-cluster.{name}", default=None)
+        value = dask_config.get(f"curator-dask.{section}.{name}", default=None)
     if value is None:
-        value = os.environ.get(_ENV_CONFIG + name.replace("-", "_").upper(), default)
+        variable = f"{_ENV_CONFIG}{section}__{name}".replace("-", "_").upper()
+        value = os.environ.get(variable, default)
     return str(value).strip().lower()
 
 
-def _packaged(key: str) -> Any:
-    """``local-cluster.<key>`` from the packaged defaults (curator_dask.yaml), without Dask."""
+def _early_pre_spawn() -> dict[str, str]:
+    """The pre-spawn environment assumed at import, with the workers' ``PYTHONHASHSEED`` as
+    :func:`.local._worker_environ` will find it (the server's seed is its forked workers')."""
+    from curator_dask.utils import hash_seed
+
+    environ = dict(_ASSUMED_PRE_SPAWN)
+    configured = _early_config("python-hash-seed", str(_packaged("python-hash-seed",
+                                                                 "cluster")), "cluster")
+    if os.environ.get(hash_seed.ENV, "").strip() or configured not in ("none", "null", ""):
+        seed = hash_seed.nanny_hash_seed(hash_seed.worker_hash_seed(configured))
+        environ[hash_seed.ENV] = str(seed)
+    return environ
+
+
+def _packaged(key: str, section: str = "local-cluster") -> Any:
+    """``<section>.<key>`` from the packaged defaults (curator_dask.yaml), without Dask."""
     import yaml
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
                         "curator_dask.yaml")
     with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)["curator-dask"]["local-cluster"][key]
+        return yaml.safe_load(f)["curator-dask"][section][key]
 
 
 def release_unused() -> None:
@@ -223,21 +253,20 @@ def prestart(pre_spawn: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def workers_from(pre_spawn: dict[str, Any]) -> Iterator[str]:
+def workers_from(pre_spawn: dict[str, Any], method: str | None = None) -> Iterator[str]:
     """The ``multiprocessing`` method for one embedded cluster's workers, held while it is
-    alive: ``forkserver`` (the server is started if needed) or ``spawn``."""
-    method = start_method()
+    alive: ``forkserver`` (the server is started, or started again, if needed) or ``spawn``;
+    ``method`` overrides the configured one."""
+    method = start_method(method)
     if method == "spawn":
         release_unused()
-    if method == "forkserver":
+    else:
         try:
             if ensure(pre_spawn) is None:
                 method = "spawn"
         except Exception as exc:  # noqa: BLE001 (spawning always works)
             logger.warning("could not start the forkserver (%s); spawning the workers", exc)
             method = "spawn"
-    if method == "forkserver":
-        _quiet_distributed_preload()
     with _lock:
         _state["users"] += method == "forkserver"
     try:
@@ -278,7 +307,7 @@ def _launch(server: Any, environ: dict[str, str], modules: list[str]) -> None:
     spec = {"modules": modules, "sys_path": sys_path, "parent": os.getpid()}
     wanted = {**environ, PRELOAD_ENV: json.dumps(spec)}
     saved = {k: os.environ.get(k) for k, v in wanted.items() if os.environ.get(k) != v}
-    server.set_forkserver_preload([__name__])
+    server.set_forkserver_preload([_SERVER_MODULE])
     try:
         os.environ.update({k: wanted[k] for k in saved})
         server.ensure_running()
@@ -324,49 +353,3 @@ def _retire(server: Any) -> None:
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-
-
-def _quiet_distributed_preload() -> None:
-    """distributed's ``get_mp_context`` imports numpy, pandas and lz4 *in the driver* the first
-    time it sees ``forkserver``, to choose its own preload list; ours is set already."""
-    utils = sys.modules.get("distributed.utils")
-    if utils is not None and hasattr(utils, "_forkserver_preload_set"):
-        utils._forkserver_preload_set = True
-
-
-def _preload_in_server() -> None:
-    """In the server (imported by it at its start, see :func:`_launch`): import the workers'
-    modules once. A module that is not installed is skipped; one that fails is reported.
-
-    The collector is off while the modules are imported (no collection of import-time
-    objects that live as long as the process anyway), then their objects move to its
-    permanent generation (``gc.freeze``) and each forked worker turns it on again: the
-    workers' collections, and the one at their exit that the cluster's close waits for, skip
-    them, and the pages that hold them stay shared with the server.
-    """
-    payload = os.environ.pop(PRELOAD_ENV, None)
-    if payload is None:
-        return
-    spec = json.loads(payload)
-    if not (sys.argv == ["-c"] and "multiprocessing.forkserver" in sys.modules
-            and os.getppid() == spec.get("parent")):
-        return  # another process that inherited the variable: not the server
-    sys.path[:] = spec.get("sys_path") or sys.path
-    # Ctrl+C at the driver's start reaches the server too: no traceback from its imports
-    # (multiprocessing ignores SIGINT in the server from the end of the preload on)
-    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gc.disable()
-    for name in spec.get("modules", ()):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-        except Exception as exc:  # noqa: BLE001 (the worker imports it again, and reports it)
-            print(f"curator_dask forkserver: could not preload {name}: {exc!r}",
-                  file=sys.stderr)
-    gc.freeze()
-    os.register_at_fork(after_in_child=gc.enable)
-    signal.signal(signal.SIGINT, interrupt)
-
-
-_preload_in_server()

@@ -8,15 +8,26 @@ pipeline of its own. Workers do not need ``__main__``: cloudpickle ships classes
 defined there by value. While an embedded cluster of ours is alive, its worker processes are
 therefore started without the main module (``multiprocessing`` prepares spawned and forkserver
 children alike).
+
+A forkserver killed while the cluster starts takes the workers it forked with it, and the
+cluster fails to start ("Nanny failed to start"): the start is tried once more with a new
+server, then with spawned workers, each time with a warning (:func:`_started_cluster`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import multiprocessing.spawn
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+from curator_dask.utils.hash_seed import ENV as HASH_SEED_ENV
+from curator_dask.utils.hash_seed import nanny_hash_seed, worker_hash_seed
+
+logger = logging.getLogger(__name__)
 
 _WORKER_PROCESS_NAME = "Dask Worker process (from Nanny)"
 _lock = threading.Lock()
@@ -48,12 +59,17 @@ def workers_without_main() -> Iterator[None]:
 
 
 def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
-    """Dask's pre-spawn environment for workers, with our ``MALLOC_TRIM_THRESHOLD_`` choice.
+    """Dask's pre-spawn environment for workers, with our ``MALLOC_TRIM_THRESHOLD_`` choice
+    and the workers' ``PYTHONHASHSEED``.
 
     Dask sets ``MALLOC_TRIM_THRESHOLD_=65536`` to hand freed memory back to the OS quickly.
     Setting it also turns off glibc's dynamic mmap threshold, so every large temporary buffer
     is mmapped and unmapped again, which slows Arrow/NumPy batch work.
     Streaming bounds what a worker holds, so by default the variable is left unset.
+
+    ``PYTHONHASHSEED`` (:mod:`curator_dask.utils.hash_seed`): the driver's, else one set in
+    ``pre-spawn-environ``, else ``cluster.python-hash-seed``. The forkserver is started with
+    this environment, so the workers it forks share the seed with the ones a Nanny spawns.
     """
     import dask.config
 
@@ -61,6 +77,9 @@ def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     if malloc_trim_threshold is not None:
         environ["MALLOC_TRIM_THRESHOLD_"] = int(malloc_trim_threshold)
+    seed = nanny_hash_seed(worker_hash_seed(environ.get(HASH_SEED_ENV)))
+    if seed is not None:
+        environ[HASH_SEED_ENV] = seed
     return environ
 
 
@@ -82,22 +101,79 @@ def embedded_cluster(*, malloc_trim_threshold: int | None = None, **kwargs: Any)
     """A ``LocalCluster`` whose worker processes never import the driver's ``__main__``,
     forked from the pre-loaded forkserver (or spawned, config ``local-cluster.start-method``).
     The cluster's ``curator_dask_start_method`` says which."""
-    import dask.config
-    from distributed import LocalCluster
-
-    from curator_dask.backends.dask import forkserver
     from curator_dask.backends.dask.worker_setup import with_preload
 
     environ = _worker_environ(malloc_trim_threshold)
     kwargs = with_preload(kwargs)  # workers leave Ctrl+C to the driver
     _freeze_at_exit.register()
-    with workers_without_main(), forkserver.workers_from(environ) as method:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
-                              "distributed.worker.multiprocessing-method": method}):
-            cluster = LocalCluster(**kwargs)
-        cluster.curator_dask_start_method = method
-        with cluster:
-            yield cluster
+    with workers_without_main(), _started_cluster(environ, kwargs) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def _started_cluster(environ: dict[str, Any], kwargs: dict[str, Any]) -> Iterator[Any]:
+    """The ``LocalCluster``, entered. A forkserver that dies while the cluster starts (its
+    workers die with it: the Nanny fails to start, or loses its worker at once) is started
+    again once; if the new one dies too, the workers are spawned. Any other failure to
+    start is raised as it is."""
+    from curator_dask.backends.dask import forkserver
+
+    for attempt in _ATTEMPTS:
+        with forkserver.workers_from(environ, method=attempt.method) as method:
+            pid = forkserver.server_pid() if method == "forkserver" else None
+            try:
+                cluster = _local_cluster(environ, kwargs, method)
+            except Exception as exc:
+                if pid is None or forkserver.alive(pid):
+                    raise
+                logger.warning(attempt.warning, pid, f"{type(exc).__name__}: {exc}")
+                continue
+            if pid is not None and not forkserver.alive(pid):
+                # it died once the workers had started: the Nanny is about to lose them
+                cluster.close()
+                logger.warning(attempt.warning, pid, "it exited after the workers started")
+                continue
+            cluster.curator_dask_start_method = method
+            with cluster:
+                yield cluster
+            return
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attempt:
+    method: str | None  # None: the configured one (``local-cluster.start-method``)
+    warning: str  # logged when the forkserver of this attempt died (pid, what failed)
+
+
+_ATTEMPTS = (
+    _Attempt(None, "the forkserver of the embedded cluster's workers (pid %s) died while the "
+                   "cluster started (%s); starting the cluster again"),
+    _Attempt(None, "the restarted forkserver of the embedded cluster's workers (pid %s) died "
+                   "too while the cluster started (%s); spawning the workers instead (a fresh "
+                   "interpreter each: slower to start)"),
+    _Attempt("spawn", ""),  # spawning does not depend on the forkserver: never retried
+)
+
+
+def _local_cluster(environ: dict[str, Any], kwargs: dict[str, Any], method: str) -> Any:
+    import dask.config
+    from distributed import LocalCluster
+
+    if method == "forkserver":
+        _quiet_distributed_preload()
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
+                          "distributed.worker.multiprocessing-method": method}):
+        return LocalCluster(**kwargs)
+
+
+def _quiet_distributed_preload() -> None:
+    """distributed's ``get_mp_context`` imports numpy, pandas and lz4 *in the driver* the first
+    time it sees ``forkserver``, to choose its own preload list; ours is set already."""
+    import sys
+
+    utils = sys.modules.get("distributed.utils")
+    if utils is not None and hasattr(utils, "_forkserver_preload_set"):
+        utils._forkserver_preload_set = True
 
 
 class _FreezeAtExit:

@@ -1,9 +1,12 @@
 """``ExecutionPlan``: where each stage runs and which stages share a Dask task.
 
-Stages up to and including the source run on the driver (the "head": it discovers files and
-yields the source tasks). The rest are split into fusion groups: consecutive stages with equal
-Dask resources become one Dask task per source chain. Fusion changes no id and no count,
-because ids are still assigned at every stage boundary inside the group.
+Stages up to and including the source are the "head": they make the source tasks. Started from
+the implicit ``EmptyTask`` (file discovery), the head runs on the driver; given initial tasks
+(``Pipeline.run(initial_tasks=...)``: URLs, archives, file groups), it runs on the cluster, one
+Dask task per batch of initial tasks, with its resources checked like any group's. The rest are
+split into fusion groups: consecutive stages with equal Dask resources become one Dask task per
+source chain. Fusion changes no id and no count, because ids are still assigned at every stage
+boundary inside the group.
 """
 
 from __future__ import annotations
@@ -55,6 +58,13 @@ class ExecutionPlan:
     groups: tuple[FusionGroup, ...]
     fuse: bool
     boundaries: tuple[int, ...] = ()
+    # the head as one group run on the cluster (given initial tasks), or None: on the driver
+    head_group: FusionGroup | None = None
+
+    @property
+    def cluster_groups(self) -> tuple[FusionGroup, ...]:
+        """Every group that runs on the cluster (the head's first, when it does)."""
+        return ((self.head_group,) if self.head_group is not None else ()) + self.groups
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -65,14 +75,26 @@ def _resource_key(stage: ProcessingStage) -> tuple[tuple[str, float], ...]:
 
 
 def build_plan(
-    stages: Sequence[ProcessingStage], *, fuse: bool, boundaries: Sequence[int] = ()
+    stages: Sequence[ProcessingStage], *, fuse: bool, boundaries: Sequence[int] = (),
+    head_on_cluster: bool = False,
 ) -> ExecutionPlan:
-    """Split built ``stages`` into the driver head and fusion groups.
+    """Split built ``stages`` into the head and fusion groups.
 
-    A stage index in ``boundaries`` (a stage checkpoint) ends its fusion group.
+    A stage index in ``boundaries`` (a stage checkpoint) ends its fusion group. With
+    ``head_on_cluster`` the head is one group (``head_group``, index -1) whose Dask resources
+    are the most any head stage needs.
     """
     source = next((i for i, s in enumerate(stages) if s.is_source_stage), 0)
     head = tuple(range(source + 1))
+    head_group = None
+    if head_on_cluster:
+        need: dict[str, float] = {}
+        for i in head:
+            for k, v in dask_resources(stages[i].resources).items():
+                need[k] = max(need.get(k, 0), v)
+        head_group = FusionGroup(index=-1, stage_indices=head,
+                                 stage_names=tuple(stages[i].name for i in head),
+                                 resources=tuple(sorted(need.items())))
     ends = set(boundaries)
     groups: list[list[int]] = []
     for i in range(source + 1, len(stages)):
@@ -95,6 +117,7 @@ def build_plan(
         ),
         fuse=fuse,
         boundaries=tuple(sorted(ends)),
+        head_group=head_group,
     )
 
 
@@ -103,7 +126,7 @@ def plan_document(
 ) -> dict:
     """``dag_execution_plan.json``: stages with roles, resources and batch sizes, the fusion
     groups, and the stage checkpoint strategy with its boundaries."""
-    role = {i: "head" for i in plan.head}
+    role = {i: "head" if plan.head_group is None else "head (cluster)" for i in plan.head}
     for g in plan.groups:
         role.update(dict.fromkeys(g.stage_indices, f"group {g.index}"))
     return {
@@ -115,6 +138,7 @@ def plan_document(
             for i, s in enumerate(stages)
         ],
         "head": list(plan.head),
+        "head_runs_on": "driver" if plan.head_group is None else "cluster",
         "fusion_groups": [{"index": g.index, "stages": list(g.stage_names),
                            "stage_indices": list(g.stage_indices), "key_prefix": g.label,
                            "resources": g.resource_dict} for g in plan.groups],

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from curator_dask.backends.base import NullObserver, RunObserver, RunOptions
-from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.backends.dask.adapter import StageCount
 from curator_dask.backends.dask.events import EventStream
+from curator_dask.backends.dask.head import run_head, run_head_on_cluster
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import LiveProgress, StageBars, notice, showing
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.errors import ResourceUnavailableError, RunStopped, run_interrupted
-from curator_dask.models import is_nemo, model_of
-from curator_dask.nemo.checks import refuse_ray_only
+from curator_dask.lineage import is_empty_task
+from curator_dask.models import is_nemo
+from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask
 
 logger = logging.getLogger(__name__)
@@ -34,20 +35,26 @@ class DaskRun:
     """The state of one ``DaskExecutor.execute`` call, and its steps."""
 
     def __init__(self, executor: Any, stages: Sequence[Any], options: RunOptions,
-                 observer: RunObserver) -> None:
+                 observer: RunObserver, initial_tasks: list[Any] | None = None) -> None:
         self.executor, self.stages, self.options, self.observer = (executor, stages, options,
                                                                    observer)
         refuse_ray_only(stages)  # before anything starts
+        refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
         self.started = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.run_id = uuid.uuid4().hex[:12]
+        self.initial = list(initial_tasks or [EmptyTask()])
+        # Initial tasks given (URLs, archives, file groups): the head is real work, run on the
+        # cluster; from the implicit EmptyTask it discovers files, on the driver.
         self.plan: ExecutionPlan = build_plan(
-            stages, fuse=executor.fuse, boundaries=options.stage_checkpoints.boundaries(stages))
+            stages, fuse=executor.fuse, boundaries=options.stage_checkpoints.boundaries(stages),
+            head_on_cluster=not all(is_empty_task(t) for t in self.initial))
         self.live = LiveProgress(stages, self.run_id)
         self.counts = {i: StageCount() for i in range(len(stages))}
         quiet = isinstance(observer, NullObserver)  # no consumer: skip building records
         self.events = EventStream(None if quiet else observer.event, stages)
         self.client: Any = None
+        self.stop: Any = None  # this run's StopSignal, from the executor when the run starts
         self.completion: Any = None
         self.planner: Any = None
         self.input_check: Any = None
@@ -63,22 +70,23 @@ class DaskRun:
         self.timings[name] = time.perf_counter() - self.started
 
     def mark_first_submit(self) -> None:
-        if not self.executor.stop_signal.event.is_set():
+        if not self.stop.event.is_set():
             self.mark("first_submit")
         self.live.first_submit = time.time()
 
     # -- the steps ---------------------------------------------------------------------------
-    def execute(self, initial_tasks: list[Any] | None) -> RunResult:
+    def execute(self) -> RunResult:
         """Run every step; the cluster is closed afterwards unless the executor is entered."""
         executor = self.executor
-        self.observer.bind(stop=executor.request_stop, progress=self.live.snapshot)
-        self.observer.plan_built(
-            plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict()),
-            executor.settings())
-        executor.stop_signal.reset()  # a stop from here on (even during start) is this run's
+        # this run's own stop: from here on (even during start) a request is this run's
+        self.stop = executor.run_started()
         try:
+            self.observer.bind(stop=self.stop.request, progress=self.live.snapshot)
+            self.observer.plan_built(
+                plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict()),
+                executor.settings())
             self.connect()
-            outputs = self.steps(initial_tasks)
+            outputs = self.steps()
         except (RunStopped, KeyboardInterrupt) as stop:
             self.wrap_up(run_completed=False)
             raise self.ended(stop) from None
@@ -88,13 +96,19 @@ class DaskRun:
         self.wrap_up(run_completed=True)
         return self.result(outputs)
 
-    def steps(self, initial_tasks: list[Any] | None) -> list[Any]:
+    def steps(self) -> list[Any]:
         """From the connected cluster to the sink's outputs and the flushed checkpoint."""
         check_resources(self.client, self.stages, self.plan,
                         getattr(self.executor.cluster, "worker_resources", None))
         self.open_checkpoint()
-        self.sources = run_head(self.stages, self.plan, initial_tasks or [EmptyTask()],
-                                self.counts)
+        initial, self.initial = self.initial, []
+        if self.plan.head_group is None:
+            self.sources = run_head(self.stages, self.plan, initial, self.counts)
+        else:
+            self.sources = run_head_on_cluster(
+                self.client, self.stages, self.plan, initial, self.counts, run_id=self.run_id,
+                window=self.executor.max_in_flight, stop=self.stop,
+                register=register_stage_host)
         self.live.head_done({i: self.counts[i] for i in self.plan.head})
         self.mark("head")
         self.select_sources()
@@ -241,7 +255,7 @@ class DaskRun:
             from curator_dask.slurm.failed_tasks import record_failed_tasks
 
             record_failed_tasks(self.options.failed_task_dir)
-        self.executor.release()
+        self.executor.run_ended(self.stop)
 
     def saw_failed_task(self) -> bool:
         """Whether any stage returned a ``FailedTask`` (in the counts, or per the plugin)."""
@@ -303,7 +317,7 @@ def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
     offered = [w.get("resources") or {} for w in workers.values()]
     if not offered and planned is not None:
         offered = [planned()]
-    for group in plan.groups:
+    for group in plan.cluster_groups:
         need = group.resource_dict
         if not need:
             continue
@@ -318,29 +332,6 @@ def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
             "{'resources': {'GPU': 1}}), or lower the stage's Resources."
         )
         raise ResourceUnavailableError(msg)
-
-
-def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
-             counts: dict[int, StageCount]) -> list[Any]:
-    """Run the stages up to the source on the driver; returns the source tasks."""
-    head = [stages[i] for i in plan.head]
-    for stage in head:
-        model = model_of(stage)
-        stage.setup_on_node(model.node_info(node_id=socket.gethostname()),
-                            model.worker_metadata(worker_id="driver"))
-    for stage in head:
-        stage.setup(model_of(stage).worker_metadata(worker_id="driver"))
-    started = time.perf_counter()
-    try:
-        batches, head_counts = run_stages([StageAdapter(s) for s in head], [list(initial)])
-    finally:
-        for stage in head:
-            stage.teardown()
-    for i, c in zip(plan.head, head_counts, strict=True):
-        counts[i].merge(c)
-    sources = [t for group in batches for t in group]
-    logger.debug("head: %d sources in %.3f s", len(sources), time.perf_counter() - started)
-    return sources
 
 
 @contextlib.contextmanager

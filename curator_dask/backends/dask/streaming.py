@@ -15,8 +15,10 @@ import time
 from typing import Any
 
 from curator_dask import config as _config
+from curator_dask.backends.dask.adapter import source_files
 from curator_dask.backends.dask.keys import task_key
 from curator_dask.backends.dask.worker import GroupResult, run_group
+from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
 from curator_dask.errors import RunStopped, SchedulerLostError
 
 logger = logging.getLogger(__name__)
@@ -115,7 +117,8 @@ class SchedulerWatch:
 
 def completed(done: Any, lost: Any) -> Any:
     """``(future, result)`` of chains as they finish; raises :class:`SchedulerLostError` when
-    ``lost()`` says the scheduler is gone, instead of waiting for futures that cannot finish.
+    ``lost()`` says the scheduler is gone, instead of waiting for futures that cannot finish
+    (``lost()`` may also raise the cluster's own error itself).
 
     A chain that raised yields its ``(type, error, traceback)``, for the caller to count its
     sources and raise; a cancelled one yields its ``CancelledError`` as the result (a drain
@@ -182,7 +185,7 @@ class SourceStream:
         from distributed import as_completed
 
         self.run_ = run
-        self.client, self.plan, self.stop = run.client, run.plan, run.executor.stop_signal
+        self.client, self.plan, self.stop = run.client, run.plan, run.stop
         self.host = host
         self.total = len(sources)
         # taken over: each source task is let go once submitted (flat memory at 10^6 sources)
@@ -199,11 +202,15 @@ class SourceStream:
         self.done = as_completed(with_results=True)
         self.in_flight: dict[Any, list[str]] = {}  # last future of a chain -> its source ids
         self.chains: dict[Any, list[Any]] = {}  # last future of a chain -> all its futures
+        self.files: dict[Any, list[str]] = {}  # last future of a chain -> its input files
         self.outputs: list[Any] = []
         self.finished = 0
         self._ended = False
         self.scheduler = SchedulerWatch(
             self.client, float(_config.get("cluster.scheduler-lost-grace")))
+        self.stall = StallWatch(  # the embedded cluster's nannies restart lost workers
+            self.client, _config.get("cluster.stalled-workers-grace"), groups=self.plan.groups,
+            embedded=hasattr(run.executor.cluster, "curator_dask_start_method"))
 
     def run(self, bars: Any) -> list[Any]:
         """Submit, collect and resubmit until every source finished or a stop drained."""
@@ -215,7 +222,7 @@ class SourceStream:
             self.run_.mark_first_submit()
             for _ in range(self.window):
                 self._submit_chunk()
-            for future, result in completed(self.done, self.scheduler.lost):
+            for future, result in completed(self.done, self._lost):
                 self._collect(future, result)
         except SchedulerLostError as exc:
             self.run_.scheduler_lost = str(exc)  # nothing can be cancelled or flushed there
@@ -227,9 +234,27 @@ class SourceStream:
             self._ended = True
             self.stop.event.set()  # releases the drain thread
             watch.stop()
-        if self.stop.requested and self.finished < self.total:
-            raise RunStopped(self.stop.reason)  # the run counts what completed, once flushed
+        if self.finished < self.total:  # never a silent partial result
+            reason = self.stop.reason if self.stop.requested else "the run ended early"
+            raise RunStopped(reason)  # the run counts what completed, once flushed
         return self.outputs
+
+    def _lost(self) -> str | None:
+        """Why the chains in flight cannot finish: the scheduler is gone (the reason), or the
+        cluster failed (raised: SLURM worker jobs that keep ending before their worker joins,
+        ``SlurmClusterHandle.failure``; every worker stalled, ``StallWatch``)."""
+        failure = getattr(self.run_.executor.cluster, "failure", None)
+        error = failure() if callable(failure) else None
+        if error is not None:
+            raise error
+        self.stall.check(self.finished, self._waiting)  # raises WorkerFailedError
+        return self.scheduler.lost()
+
+    def _waiting(self) -> list[tuple[Chain, int]]:
+        """The chains in flight, each with the group it waits at (its first unfinished)."""
+        return [(Chain(chain, self.in_flight[last], self.files.get(last, [])),
+                 next((i for i, f in enumerate(chain) if f.status != "finished"), 0))
+                for last, chain in self.chains.items() if last in self.in_flight]
 
     def _submit_chunk(self) -> None:
         if self.stop.event.is_set():
@@ -261,6 +286,7 @@ class SourceStream:
                 self.bars.watch(previous, group, len(chunk))
         self.chains[previous] = chain
         self.in_flight[previous] = [t._source_id or t.task_id for t in chunk]
+        self.files[previous] = source_files(chunk)
         self.run_.live.in_flight(len(chunk))
         self.done.add(previous)
 
@@ -276,7 +302,8 @@ class SourceStream:
         self.opened += len(block)
 
     def _collect(self, future: Any, result: Any) -> None:
-        self.chains.pop(future, None)
+        chain = self.chains.pop(future, None)
+        files = self.files.pop(future, [])
         ids = self.in_flight.pop(future)
         run = self.run_
         run.live.in_flight(-len(ids))
@@ -285,6 +312,8 @@ class SourceStream:
         if raised:  # a stage raised: these sources failed, the run ends with its error
             run.live.chain_raised(ids)
             _, exc, tb = result
+            if _killed_worker(exc):  # its workers died: said in the run's terms
+                raise self._killed(Chain(chain or [future], ids, files), exc) from exc
             raise exc.with_traceback(tb)
         if not isinstance(result, GroupResult):  # cancelled
             if getattr(result, "reason", None) == "scheduler-connection-lost":
@@ -306,6 +335,12 @@ class SourceStream:
         if run.planner is not None:
             run.planner.sources_finished(ids, result.failed)
         self._submit_chunk()
+
+    def _killed(self, chain: Chain, exc: Any) -> Exception:
+        """Dask's ``KilledWorker`` as the run's error, blaming the chain the dead worker was
+        running: this one, or another in flight that this one waited behind."""
+        others = [c for c, _ in self._waiting()]
+        return killed_worker_error(self.client, exc, [chain, *others], self.plan.groups)
 
     def _drain(self) -> None:
         self.stop.event.wait()
@@ -337,6 +372,12 @@ class SourceStream:
             self.client.cancel([f for last in unstarted for f in self.chains.get(last, ())],
                                force=True)
         return len(unstarted)
+
+
+def _killed_worker(exc: BaseException) -> bool:
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, KilledWorker)
 
 
 def executing_keys(dask_worker: Any) -> list[str]:

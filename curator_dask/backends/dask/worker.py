@@ -105,10 +105,16 @@ class StageHost(WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
 
     def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False,
-                 checkpoints: CheckpointRuntime | None = None, drop_outputs_of: int = -1):
+                 checkpoints: CheckpointRuntime | None = None, drop_outputs_of: int = -1,
+                 head: tuple[int, ...] | None = None):
         import cloudpickle
 
         self.run_id = run_id
+        # A host for the head alone (``head``: its stage indices) runs before the run's main
+        # host and is removed when the source tasks exist: ``setup_on_node`` of the head's
+        # stages only, in a node directory of its own.
+        self.head = head
+        self.node_key = run_id if head is None else f"{run_id}-head"
         # cloudpickle, not pickle: stages defined in __main__, a notebook, or a module
         # registered with cloudpickle.register_pickle_by_value travel by value to workers
         # that cannot import them (distributed would pickle a plugin by reference).
@@ -118,7 +124,7 @@ class StageHost(WorkerPlugin):
         # the index of the last fusion group when the driver does not keep the sink's outputs:
         # its tasks are counted, then not sent back
         self.drop_outputs_of = drop_outputs_of
-        self.name = plugin_name(run_id)
+        self.name = plugin_name(run_id) + ("" if head is None else "-head")
 
     def setup(self, worker: Any = None) -> None:
         import cloudpickle
@@ -141,7 +147,7 @@ class StageHost(WorkerPlugin):
             except Exception as exc:  # noqa: BLE001 (tear down every stage, then report)
                 errors.append(f"{self.stages[index].name}: {exc!r}")
         self._adapters.clear()
-        shutil.rmtree(node_dir(self.run_id), ignore_errors=True)
+        shutil.rmtree(node_dir(self.node_key), ignore_errors=True)
         if errors:
             logger.warning("teardown failed on %s: %s", self.worker_id, "; ".join(errors))
 
@@ -152,7 +158,9 @@ class StageHost(WorkerPlugin):
         with self._lock:
             found = self._adapters.get(index)
             if found is None:
-                setup_node_once(self.run_id, self.stages, self.worker_id)
+                on_node = (self.stages if self.head is None
+                           else [self.stages[i] for i in self.head])
+                setup_node_once(self.node_key, on_node, self.worker_id)
                 stage = self.stages[index]
                 stage.setup(model_of(stage).worker_metadata(worker_id=self.worker_id))
                 found = self._adapters[index] = StageAdapter(self.stages[index])
@@ -204,6 +212,12 @@ class StageHost(WorkerPlugin):
         if group_index == self.drop_outputs_of:
             out.batches, out.parked = [], []
         return out
+
+    def run_head(self, tasks: list[Task]) -> tuple[list[Task], list[StageCount]]:
+        """The head's stages over one batch of initial tasks: the source tasks they make, and
+        one ``StageCount`` per head stage. No deltas: sources are opened on the driver."""
+        batches, counts = run_stages([self.adapter(i) for i in self.head], [list(tasks)])
+        return [t for group in batches for t in group], counts
 
     def _restore(self, active: list[list[Task]], resume: dict[str, list],
                  deltas: DeltaLog | None, out: GroupResult) -> list[list[Task]]:
@@ -323,3 +337,9 @@ def run_group(
     """The Dask task of one fusion group: find this run's ``StageHost`` and run the group."""
     host: StageHost = get_worker().plugins[name]
     return host.run_group(group_index, stage_indices, previous, resume)
+
+
+def run_head_batch(name: str, tasks: list[Task]) -> tuple[list[Task], list[StageCount]]:
+    """The Dask task of one batch of initial tasks through the head (``StageHost.run_head``)."""
+    host: StageHost = get_worker().plugins[name]
+    return host.run_head(tasks)

@@ -14,6 +14,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from curator_dask import lineage
+from curator_dask.errors import OverwriteWithCheckpointError
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
 from curator_dask.utils.atomic import remove_stale_temp_files, write_atomic
@@ -22,6 +23,32 @@ from curator_dask.utils.files import is_remote_url
 logger = logging.getLogger(__name__)
 
 MODES = ("append", "error", "ignore", "overwrite")
+
+
+def overwrite_refused(writer: Any, checkpoint_path: str,
+                      lost: str = "") -> OverwriteWithCheckpointError:
+    """The refusal of ``mode="overwrite"`` with a checkpoint, worded alike for curator_dask's
+    writers and NeMo Curator's (``curator_dask/nemo/checks.py``): the writer, the mode, the
+    checkpoint and the fixes, on one line. ``lost`` says what is already gone when the folder
+    was emptied before the run (NeMo's writers empty it when they are built).
+
+    Example:
+        >>> class W: name, path = "jsonl_writer", "/out"
+        >>> print(overwrite_refused(W(), "/ckpt"))  # doctest: +ELLIPSIS
+        W 'jsonl_writer': mode='overwrite' cannot be combined with checkpoint_path='/ckpt': ...
+    """
+    lead = (f"{type(writer).__name__} {writer.name!r}: mode='overwrite' cannot be combined with "
+            f"checkpoint_path={checkpoint_path!r}")
+    fresh = f"a fresh checkpoint path (or delete {checkpoint_path})"
+    if lost:
+        msg = (f"{lead}: {lost}. To rebuild them, run with {fresh} and the writer built with "
+               "mode='ignore' (outputs are replaced file by file, so later resumes lose nothing)")
+    else:
+        msg = (f"{lead}: it empties {writer.path} on every run, and a resumed run skips the "
+               "sources the checkpoint records as complete, so their outputs would be lost. "
+               "Use mode='ignore' (outputs are replaced file by file); to rebuild every "
+               f"output, mode='ignore' with {fresh}")
+    return OverwriteWithCheckpointError(msg)
 
 
 @dataclass
@@ -86,13 +113,7 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         if self.mode != "overwrite":
             return
         if checkpoint_path is not None:
-            msg = (
-                f"{self.name}: mode='overwrite' cannot be combined with checkpoint_path="
-                f"{checkpoint_path!r}: it would delete the outputs of sources the checkpoint "
-                "marks complete, and those are skipped, so they would never be rewritten. Use "
-                "mode='ignore' (outputs are replaced file by file) or a new output path."
-            )
-            raise ValueError(msg)
+            raise overwrite_refused(self, checkpoint_path)
         if self.fs.exists(self._fs_path):
             self.fs.rm(self._fs_path, recursive=True)
         self.fs.makedirs(self._fs_path, exist_ok=True)
