@@ -64,6 +64,33 @@ class RunStopped(RuntimeError):
     no new sources were started, completions were flushed; unfinished sources stay pending."""
 
 
+class PartialRunWarning(RuntimeWarning):
+    """A run ended without an error, but a stage returned ``FailedTask`` for some sources:
+    those did not complete (with a checkpoint they stay pending, and a run with the same
+    checkpoint retries them). The message counts them and says how to retry; the result
+    names them (``RunResult.failed_sources``). Issued once per run by ``DaskExecutor``, so
+    also under NeMo Curator's ``Pipeline.run``; ``warnings.filterwarnings("error",
+    category=PartialRunWarning)`` makes such a run raise instead.
+    """
+
+
+def warn_partial_run(message: str) -> None:
+    """Issue :class:`PartialRunWarning` at the caller's own line (the first frame outside
+    curator_dask and NeMo Curator, e.g. ``pipeline.run(...)`` in a script or a notebook
+    cell), every time: Python's per-line registry would show the warning of a rerun that
+    failed the same way only once."""
+    import sys
+    import warnings
+
+    frame = sys._getframe(1)
+    while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).partition(
+            ".")[0] in ("curator_dask", "nemo_curator"):
+        frame = frame.f_back
+    warnings.warn_explicit(PartialRunWarning(message), PartialRunWarning,
+                           frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"))
+
+
 def run_interrupted(message: str) -> KeyboardInterrupt:
     """The ``KeyboardInterrupt`` a run ends with after Ctrl+C, once it has cancelled its tasks
     and flushed its checkpoint: ``message`` says how many sources completed and how to resume.
@@ -81,6 +108,40 @@ def run_interrupted(message: str) -> KeyboardInterrupt:
     error._curator_dask_run = True  # type: ignore[attr-defined]
     _quiet_interrupts()
     return error
+
+
+def stop_summary(*, done: int, todo: int, skipped: int, collected: int, cut: int,
+                 checkpoint: str | None) -> str:
+    """What a stopped or interrupted run says after its reason: what completed, what else
+    may have been written, and how to go on.
+
+    ``done`` is the checkpoint's count when there is one (it includes chains that finished
+    after the driver stopped collecting), else ``collected``, the sources whose chains the
+    driver collected (their outputs are written). ``cut`` counts the sources of chains
+    cancelled while they may have been running: on the workers they can still write outputs
+    that nothing recorded; those the checkpoint recorded anyway are not counted twice.
+
+    Example:
+        >>> print(stop_summary(done=6, todo=8, skipped=0, collected=5, cut=3, checkpoint="ck"))
+        6 of 8 source partitions recorded as complete; up to 2 more were cut short and may have written outputs, which the next run writes again; completions are recorded in ck; run it again with the same checkpoint to process the rest
+    """  # noqa: E501 (the line as it prints)
+    before = f" ({skipped} were already complete)" if skipped else ""
+    if checkpoint is None:
+        text = f"{done} of {todo} source partitions completed{before}"
+        after = ("this run had no checkpoint, so running it again starts over (give it a "
+                 "checkpoint_path to make it resumable)")
+    else:
+        text = f"{done} of {todo} source partitions recorded as complete{before}"
+        after = (f"completions are recorded in {checkpoint}; run it again with the same "
+                 "checkpoint to process the rest")
+    unrecorded = max(0, collected - done)
+    maybe = max(0, cut - max(0, done - collected))
+    extra = ([f"{unrecorded} more wrote their outputs but were not recorded"] if unrecorded
+             else []) + ([f"up to {maybe} more were cut short and may have written outputs"]
+                         if maybe else [])
+    if extra:
+        text += "; " + " and ".join(extra) + ", which the next run writes again"
+    return f"{text}; {after}"
 
 
 def is_run_interrupted(error: BaseException) -> bool:

@@ -1,8 +1,10 @@
 # The seed's resume_demo.py (NeMo Curator's "Interrupt and Resume Example") with the imports
-# renamed from nemo_curator to curator_dask. Run from examples/ after generating ./input:
+# renamed from nemo_curator to curator_dask, and a last line that says what it did. Run from
+# examples/ after generating ./input:
 #   python generate_sample_data.py --if-missing && python resume_demo.py
 # Interrupt it with Ctrl+C once a few files are in ./output, then run it again: it skips the
 # partitions that completed. Delete ./checkpoints to start over.
+import os
 import time
 from dataclasses import dataclass
 
@@ -35,4 +37,8 @@ pipeline.add_stage(
 pipeline.add_stage(SlowPassThrough())
 pipeline.add_stage(JsonlWriter(path="./output"))
 
-pipeline.run(checkpoint_path="./checkpoints/resume-demo")
+result = pipeline.run(checkpoint_path="./checkpoints/resume-demo")
+written = os.listdir("./output") if os.path.isdir("./output") else []
+outputs = len([name for name in written if name.endswith(".jsonl")])
+print(f"Done: {result.num_sources} source partitions, {outputs} output files in output/ "
+      f"({result.skipped_sources} skipped as complete)")

@@ -1,4 +1,5 @@
-"""The seed's resume_demo.py runs unchanged (imports renamed) as a plain script."""
+"""The seed's resume_demo.py runs unchanged (imports renamed, a closing line added) as a plain
+script."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_seed_resume_demo_runs_unchanged(tmp_path):
     code = [ln for ln in script.read_text().splitlines() if not ln.startswith("#")]
     # The script is the seed's, module-level pipeline.run() and all (no __main__ guard).
     assert not any("if __name__" in ln or "nemo_curator" in ln for ln in code)
-    assert 'pipeline.run(checkpoint_path="./checkpoints/resume-demo")' in code
+    assert 'result = pipeline.run(checkpoint_path="./checkpoints/resume-demo")' in code
     paths = generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=10)
     proc = subprocess.run([sys.executable, "resume_demo.py"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=180)
@@ -35,6 +36,14 @@ def test_seed_resume_demo_runs_unchanged(tmp_path):
     assert len(rows) == 40 and all(set(r) == {"text"} for r in rows)
     # Workers did not re-run the script: one pipeline, so no second output set or error.
     assert "Traceback" not in proc.stderr
+    # It ends by saying what it did, counting the files really there; a rerun skips them all.
+    assert proc.stdout.splitlines()[-1] == (
+        "Done: 4 source partitions, 4 output files in output/ (0 skipped as complete)")
+    again = subprocess.run([sys.executable, "resume_demo.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=180)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.splitlines()[-1] == (
+        "Done: 4 source partitions, 4 output files in output/ (4 skipped as complete)")
 
 
 def test_generate_sample_data_if_missing(tmp_path):

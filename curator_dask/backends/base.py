@@ -34,7 +34,8 @@ class RunOptions:
     Attributes:
         checkpoint_path: the completion checkpoint (normalized: an absolute local path or a
             URL), or ``None`` for a run that records nothing.
-        checkpoint_storage_options: fsspec options for a remote checkpoint.
+        checkpoint_storage_options: fsspec options for a remote checkpoint (default: config
+            ``io.storage-options``, see docs/object-stores.md).
         stage_checkpoints: the coerced :class:`StageCheckpoints` (disabled by default).
         verify_inputs: ``off``, ``fingerprint`` or ``content``.
         on_input_change: ``reprocess`` or ``error``.
@@ -150,9 +151,13 @@ class RunOptions:
             )
             raise ValueError(msg)
         from curator_dask.resumability.client import normalize_checkpoint_url
+        from curator_dask.utils.storage_options import default_storage_options
 
-        return dataclasses.replace(self,
-                                   checkpoint_path=normalize_checkpoint_url(self.checkpoint_path))
+        url = normalize_checkpoint_url(self.checkpoint_path)
+        # A remote checkpoint given no options takes config io.storage-options, resolved
+        # here on the driver: the scheduler's plugin gets plain values, not the config.
+        return dataclasses.replace(self, checkpoint_path=url, checkpoint_storage_options=(
+            default_storage_options(url, self.checkpoint_storage_options)))
 
     def fingerprint_settings(self) -> dict[str, Any]:
         """The settings a job's strict resume compares (besides stages and checkpoint)."""

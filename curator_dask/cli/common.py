@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_SCHEDULER_LOST = 4  # the run lost its Dask scheduler; completions already written are kept
-PROG = "python -m curator_dask"
+EXIT_PARTIAL = 5  # the run ended, but some sources saw a FailedTask: they stay pending
+SCRIPT = "curator-dask"  # the console script of pyproject.toml
+
+
+def invoked_as(argv0: str) -> str:
+    """The command as the user typed it, from ``sys.argv[0]``: ``curator-dask`` for the
+    console script, else ``python -m curator_dask`` (``-m`` sets the module's path).
+
+    Example:
+        >>> invoked_as("/venv/bin/curator-dask"), invoked_as("/src/curator_dask/__main__.py")
+        ('curator-dask', 'python -m curator_dask')
+    """
+    name = os.path.basename(argv0)
+    return SCRIPT if name in (SCRIPT, f"{SCRIPT}.exe") else "python -m curator_dask"
+
+
+# Usage lines, one-line errors and the resume command all start with it. Read once: the CLI
+# imports this module after Python has set argv[0] (for -m, the module's path).
+PROG = invoked_as(sys.argv[0] if sys.argv else "")
 
 
 class UsageError(Exception):

@@ -19,14 +19,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``status``, ``stop`` and ``report`` parsers to the top-level subparsers."""
     status = sub.add_parser(
         "status", help="show jobs, or one job's progress",
-        description="Without JOB: a table of the jobs in the work dir and of the jobs in the "
-                    "per-user job index (every job is recorded there when it starts, so this "
-                    "works from any directory), each with its folder. With JOB: its state and "
-                    "per-stage counts; JOB is looked up in the work dir, then in the index. The "
-                    "index is $CURATOR_DASK_JOB_INDEX, default "
-                    "$XDG_STATE_HOME/curator_dask/jobs.json (~/.local/state/...).")
+        description="Without JOB: a table of the jobs in the work dir and of the running jobs "
+                    "in the per-user job index (every job is recorded there when it starts, so "
+                    "this works from any directory), each with its work dir; --all lists every "
+                    "job of the index. With JOB: its state and per-stage counts; JOB is looked "
+                    "up in the work dir, then in the index. The index is "
+                    "$CURATOR_DASK_JOB_INDEX, default $XDG_STATE_HOME/curator_dask/jobs.json "
+                    "(~/.local/state/...).")
     status.add_argument("job", nargs="?", metavar="JOB", help="a job id (resume token)")
     add_work_dir(status)
+    status.add_argument("--all", action="store_true", dest="all_jobs",
+                        help="without JOB: every job of the job index, not only the work "
+                             "dir's and the running ones")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", action="store_true",
                         help="refresh every 2 s: with JOB until the job is no longer running, "
@@ -140,20 +144,6 @@ def check_job_ids(work_dir: str, job_id: str | None, resume: str | None) -> None
                      f"{looked}, and in the job index {index_path()}); {hint}")
 
 
-def _job_state(summary: dict) -> str:
-    """The recorded state, or ``running (driver gone)`` when its driver (checked by pid and
-    start time, on its host) no longer exists."""
-    import socket
-
-    from curator_dask.jobs.control import is_recorded_driver
-
-    state = summary.get("state", "?")
-    if (state == "running" and summary.get("host") == socket.gethostname()
-            and not is_recorded_driver(summary)):
-        return "running (driver gone)"
-    return state
-
-
 def resolve_job(work_dir: str, job: str) -> str:
     """The folder of job ``job``: ``<work_dir>/<job>``, else the per-user job index's; a
     :class:`UsageError` says where it looked when there is none, and lists the folders when the
@@ -180,86 +170,51 @@ def cmd_status(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or config.get("jobs.work-dir")
     if args.job is None:
         try:
-            return _status_all(work_dir, as_json=args.json, watch=args.watch)
+            return _status_all(work_dir, all_jobs=args.all_jobs, as_json=args.json,
+                               watch=args.watch)
         except KeyboardInterrupt:  # the way out of --watch
             return EXIT_OK
+    if args.all_jobs:
+        raise UsageError("--all lists jobs: give it without JOB")
     return _status_one(resolve_job(work_dir, args.job), args.job, as_json=args.json,
                        watch=args.watch)
 
 
-def job_rows(work_dir: str) -> list[dict]:
-    """Every job's summary (state checked, ``job_dir`` added): those in ``work_dir``, then the
-    per-user index's that are elsewhere; oldest first."""
-    import os
-
-    from curator_dask.jobs.index import indexed_jobs
-    from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
-
-    folder = os.path.abspath(work_dir)
-    dirs = [os.path.join(folder, n) for n in sorted(os.listdir(folder))] if os.path.isdir(
-        folder) else []
-    dirs += [e["path"] for e in indexed_jobs()]
-    rows = []
-    for path in dict.fromkeys(dirs):
-        summary = read_summary(os.path.join(path, SUMMARY_FILE))
-        if isinstance(summary, dict) and summary.get("job_id"):
-            rows.append({**summary, "state": _job_state(summary), "job_dir": path})
-    return sorted(rows, key=lambda r: str(r.get("started") or ""))
-
-
-def _jobs_table(rows: list[dict]) -> object:
-    from rich.table import Table
-
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("job", "state", "started", "ended", "sources", "skipped", "completed",
-                   "failed", "folder"):
-        folds = column in ("job", "folder")  # a job id or folder is never cut short
-        table.add_column(column, justify="right" if column in (
-            "sources", "skipped", "completed", "failed") else "left",
-            overflow="fold" if folds else "ellipsis", no_wrap=not folds)
-    for r in rows:
-        src = r.get("sources") or {}
-        table.add_row(r["job_id"], r["state"], str(r.get("started", "")),
-                      str(r.get("ended") or ""),
-                      *(str(src.get(k, "")) for k in ("total", "skipped", "completed",
-                                                      "failed")), r["job_dir"])
-    return table
-
-
-def _status_all(work_dir: str, *, as_json: bool, watch: bool) -> int:
+def _status_all(work_dir: str, *, all_jobs: bool, as_json: bool, watch: bool) -> int:
     """The jobs table (or JSON) once, or with ``watch`` every 2 s until Ctrl+C: in place on a
     terminal; piped, one timestamped table (or one JSON line) per refresh."""
     import json
-    import os
     import time
 
-    from rich.console import Console
+    from rich.console import Console, Group
     from rich.live import Live
+    from rich.text import Text
 
-    from curator_dask.jobs.index import index_path
+    from curator_dask.jobs.index import index_path, job_rows
+    from curator_dask.jobs.status import JobList
 
     def shown() -> object:
-        rows = job_rows(work_dir)
+        rows, hidden = job_rows(work_dir, all_jobs=all_jobs)
+        listing = JobList(rows, hidden=hidden, work_dir=work_dir, index=index_path(), prog=PROG)
         if as_json:
-            return json.dumps(rows, indent=None if watch else 2)
-        if not rows:
-            return (f"no jobs in {os.path.abspath(work_dir)} or in the job index "
-                    f"{index_path()}")
-        return _jobs_table(rows)
+            return json.dumps(listing.rows, indent=None if watch else 2)
+        return listing
 
-    console = Console(width=None if sys.stdout.isatty() else 400)  # piped: folders in full
+    # on a terminal, its width (work dirs shortened to fit); piped, 400: work dirs in full
+    console = Console(width=None if sys.stdout.isatty() else 400)
     if watch and not as_json and console.is_terminal:
         with Live(shown(), console=console, refresh_per_second=2) as live:
             while True:
                 time.sleep(2)
                 live.update(shown())
     while True:
+        listing = shown()
         if as_json:
-            print(shown(), flush=True)
+            print(listing, flush=True)
         else:
-            if watch:
-                console.print(f"jobs at {time.strftime('%H:%M:%S')} (Ctrl+C to stop):")
-            console.print(shown())
+            # the time line and its table in one write: a reader never sees one without the other
+            heading = f"jobs at {time.strftime('%H:%M:%S')} (Ctrl+C to stop):\n" if watch else ""
+            console.print(Group(Text(heading, end=""), listing) if watch else listing)
             sys.stdout.flush()
         if not watch:
             return EXIT_OK
@@ -268,19 +223,14 @@ def _status_all(work_dir: str, *, as_json: bool, watch: bool) -> int:
 
 def _status_one(job_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
     import json
-    import os
     import time
 
-    from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
-
-    path = os.path.join(job_dir, SUMMARY_FILE)
+    from curator_dask.jobs.status import load_job
 
     def load() -> dict:
-        summary = read_summary(path)
+        summary = load_job(job_dir)
         if summary is None:
             raise UsageError(f"job {job!r} in {job_dir} has no summary (yet)")
-        summary["state"] = _job_state(summary)
-        summary["job_dir"] = job_dir
         return summary
 
     summary = load()
@@ -372,6 +322,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         path = write_report(job_dir, args.output)
     except ImportError as exc:
-        raise UsageError(f"{exc}; install it with: pip install 'curator_dask[dashboard]'") from None
+        raise UsageError(f"{exc}; install it with: pip install bokeh") from None
     print(path)
     return EXIT_OK

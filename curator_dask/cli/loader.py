@@ -22,6 +22,10 @@ anything is called, and a stage's ``_target_`` must be a ``ProcessingStage`` cla
 model (from any module: a stage class is code its author wrote). Any other nested ``_target_``
 (a filter given to ``ScoreFilter``) must be a class that :class:`TargetRule` allows: of the
 stage libraries, of the pipeline file's folder, or of a module the user allowed.
+
+A YAML file loads the same from any directory: its folder goes first on ``sys.path`` (as a
+``file.py``'s does) and the relative path arguments of the stage libraries' readers and writers
+are taken from that folder (``cli/targets.py``, ``PATH_ARGUMENTS``).
 """
 
 from __future__ import annotations
@@ -30,23 +34,15 @@ import importlib
 import importlib.util
 import os
 import sys
-import sysconfig
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from curator_dask.cli.targets import PipelineDefinitionError, TargetRule, resolve_path_arguments
 from curator_dask.models import NEMO_PACKAGE, is_nemo, is_stage_class
 from curator_dask.pipeline import Pipeline
 
 _TOP_KEYS = {"name", "description", "stages", "config"}
-LIBRARIES = ("curator_dask", NEMO_PACKAGE)
-ALLOW_OPTION = "--allow-target-module"
-ALLOW_KEY = "pipeline-files.allowed-modules"
-
-
-class PipelineDefinitionError(ValueError):
-    """The pipeline file or reference is invalid; the message names the field."""
 
 
 def nemo_installed() -> bool:
@@ -94,90 +90,14 @@ def import_object(path: str, where: str) -> Any:
     raise PipelineDefinitionError(f"{where}: cannot import {path!r}: {error}")
 
 
-@dataclass(frozen=True)
-class TargetRule:
-    """Where the classes of nested ``_target_``s may come from besides the stage libraries:
-    ``modules`` (dotted names: ``pkg`` covers ``pkg.sub`` and ``pkg.Class``, not ``pkgx``) and
-    the modules whose file lies in ``folder`` (not installed or standard-library ones).
-
-    Example:
-        >>> import fractions, subprocess
-        >>> rule = TargetRule.resolve(["fractions"])
-        >>> rule.refusal(fractions.Fraction, "fractions.Fraction") is None
-        True
-        >>> rule.refusal(subprocess.Popen, "subprocess.Popen")
-        ("module 'subprocess' is not allowed", 'subprocess')
-    """
-
-    modules: tuple[str, ...] = ()
-    folder: str | None = None
-
-    @classmethod
-    def resolve(cls, allowed: Iterable[str] = (), folder: str | None = None) -> TargetRule:
-        """Config ``pipeline-files.allowed-modules`` plus ``allowed`` (the command line's)."""
-        from curator_dask import config
-
-        configured = config.get(ALLOW_KEY) or []
-        if not isinstance(configured, (list, tuple)):  # a string from an environment variable
-            configured = [configured]
-        given = [*((f"config {ALLOW_KEY}", n) for n in configured),
-                 *((ALLOW_OPTION, n) for n in allowed)]
-        for source, name in given:
-            if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
-                msg = (f"{source} {name!r}: expected dotted module names such as mypackage or "
-                       "mypackage.filters (each allows that module and the modules under it)")
-                raise PipelineDefinitionError(msg)
-        return cls(tuple(name for _, name in given), folder)
-
-    def _allows(self, dotted: str, module: str) -> bool:
-        names = [(module, p) for p in LIBRARIES] + [(dotted, p) for p in self.modules]
-        return any(n == p or n.startswith(f"{p}.") for n, p in names) or (
-            self.folder is not None and _in_folder(module, self.folder))
-
-    def refusal(self, target: type, path: str) -> tuple[str, str] | None:
-        """Why the class ``target``, imported as ``path``, may not be called, and the module
-        to allow (``None``: it may be). Its import path and its ``__module__`` must both be
-        allowed: ``curator_dask.x.Popen``, a re-export of ``subprocess.Popen``, is refused."""
-        path = path.replace(":", ".")
-        module, defined = path.rpartition(".")[0], f"{target.__module__}.{target.__qualname__}"
-        if not self._allows(path, module):
-            return f"module {module!r} is not allowed", module
-        if self._allows(defined, target.__module__):
-            return None
-        return (f"module {target.__module__!r} is not allowed" if defined == path else
-                f"it is {defined}, of module {target.__module__!r}, which is not allowed",
-                target.__module__)
-
-    def check(self, where: str, target: type, path: str) -> None:
-        """Refuse a class that may not be called: one line, the target, why, the option."""
-        refused = self.refusal(target, path)
-        if refused is not None:
-            folder = f" ({self.folder})" if self.folder else ""
-            msg = (f"{where}._target_: {path} is refused: {refused[0]}; a nested _target_ must "
-                   f"be a class of curator_dask, nemo_curator, a module in the pipeline file's "
-                   f"folder{folder} or a module allowed with {ALLOW_OPTION} {refused[1]} (or "
-                   f"config {ALLOW_KEY}); allow only modules you trust, a pipeline file is code")
-            raise PipelineDefinitionError(msg)
-
-
-def _in_folder(module: str, folder: str) -> bool:
-    """Whether the imported ``module``'s file lies under ``folder``, not installed or stdlib."""
-    file = getattr(sys.modules.get(module), "__file__", None)
-    real = os.path.realpath(file) if file else ""
-    system = tuple(os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "")
-                   for k in ("stdlib", "platstdlib"))
-    return (real.startswith(os.path.join(os.path.realpath(folder), ""))
-            and not real.startswith(system) and "site-packages" not in real
-            and "dist-packages" not in real)
-
-
-def _build(value: Any, where: str, rule: TargetRule, stage: bool = False) -> Any:
+def _build(value: Any, where: str, rule: TargetRule, base: str | None,
+           stage: bool = False) -> Any:
     if isinstance(value, list):
-        return [_build(v, f"{where}[{i}]", rule) for i, v in enumerate(value)]
+        return [_build(v, f"{where}[{i}]", rule, base) for i, v in enumerate(value)]
     if not isinstance(value, dict):
         return value
     if "_target_" not in value:
-        return {k: _build(v, f"{where}.{k}", rule) for k, v in value.items()}
+        return {k: _build(v, f"{where}.{k}", rule, base) for k, v in value.items()}
     name = value["_target_"]
     target = import_object(name, f"{where}._target_")
     # Checked before anything is called: a pipeline file names classes, never functions.
@@ -188,17 +108,22 @@ def _build(value: Any, where: str, rule: TargetRule, stage: bool = False) -> Any
             f"{where}._target_: {name} is not a class (a _target_ must name a class)")
     if not is_stage_class(target):  # stage code may come from anywhere, a Popen may not
         rule.check(where, target, name)
-    kwargs = {k: _build(v, f"{where}.{k}", rule) for k, v in value.items() if k != "_target_"}
+    kwargs = {k: _build(v, f"{where}.{k}", rule, base)
+              for k, v in value.items() if k != "_target_"}
+    if base is not None:
+        kwargs = resolve_path_arguments(target, kwargs, base)
     try:
         return target(**kwargs)
     except (TypeError, ValueError, NotImplementedError, FileExistsError) as exc:
         raise PipelineDefinitionError(f"{where} ({name}): {exc}") from None
 
 
-def pipeline_from_mapping(spec: Any, source: str = "pipeline",
-                          rule: TargetRule | None = None) -> Pipeline:
+def pipeline_from_mapping(spec: Any, source: str = "pipeline", rule: TargetRule | None = None,
+                          base: str | None = None) -> Pipeline:
     """Build a curator_dask ``Pipeline`` from a parsed YAML mapping (stages of either model);
-    ``rule`` says where nested targets may come from (default: ``TargetRule.resolve()``).
+    ``rule`` says where nested targets may come from (default: ``TargetRule.resolve()``),
+    ``base`` the folder that relative path arguments are taken from (``None``: as written;
+    :func:`~curator_dask.cli.targets.resolve_path_arguments`).
 
     Example:
         >>> spec = {"name": "p", "stages": [
@@ -231,7 +156,7 @@ def pipeline_from_mapping(spec: Any, source: str = "pipeline",
             raise PipelineDefinitionError(
                 f"{where}: expected a mapping with '_target_: package.module.StageClass'"
             )
-        pipeline.add_stage(_build(entry, where, rule, stage=True))
+        pipeline.add_stage(_build(entry, where, rule, base, stage=True))
     return pipeline
 
 
@@ -248,8 +173,22 @@ def _load_yaml(path: str, allowed: Iterable[str]) -> Pipeline:
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise PipelineDefinitionError(f"{path}: invalid YAML{at}: {problem}") from None
+    # As for file.py:build: the file's folder first on sys.path (`_target_: stages.X` beside
+    # the file imports from any directory), and the modules built from it shipped by value.
+    folder = _first_on_path(path)
+    before = set(sys.modules)
+    pipeline = pipeline_from_mapping(spec, path, TargetRule.resolve(allowed, folder), folder)
+    ship_by_value(list(set(sys.modules) - before), folder)
+    return pipeline
+
+
+def _first_on_path(path: str) -> str:
+    """Put the folder of the file ``path`` first on ``sys.path``, as ``python path.py`` does
+    (unless it is on it already), and return it."""
     folder = os.path.dirname(os.path.abspath(path))
-    return pipeline_from_mapping(spec, path, TargetRule.resolve(allowed, folder))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return folder
 
 
 def _load_module_from_file(path: str) -> Any:
@@ -261,15 +200,13 @@ def _load_module_from_file(path: str) -> Any:
     ``cloudpickle.register_pickle_by_value``: their stages travel to the workers by value
     (docs/design/architecture.md "The worker plugin: StageHost").
     """
-    folder = os.path.dirname(os.path.abspath(path))
     name = os.path.splitext(os.path.basename(path))[0]
     if not name.isidentifier():
         raise PipelineDefinitionError(
             f"{path}: the file name must be a valid Python module name to be importable by "
             "workers (letters, digits, underscores)"
         )
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    folder = _first_on_path(path)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise PipelineDefinitionError(f"{path}: cannot load as a Python file")

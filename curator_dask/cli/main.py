@@ -4,8 +4,11 @@ Exit codes: 0 success, 1 the pipeline failed, 2 usage or configuration error, 3 
 SIGUSR1/SIGTERM after draining (unfinished sources stay pending), 4 the Dask scheduler was lost
 (completions already recorded are kept), 130 interrupted; docs/guarantees.md "Exit codes" says
 when each command returns which.
-Only argparse is imported at module level, so ``--help`` answers at once. Each command module
-adds its own parsers (``register``) and names its handler (``func``).
+Only argparse is imported at module level, so ``--help`` and ``--version`` answer at once. Each
+command module adds its own parsers (``register``) and names its handler (``func``). Usage lines
+and errors name the program as it was invoked (``PROG``: ``curator-dask`` or ``python -m
+curator_dask``); an option no parser knows is reported by its command's parser, with the
+closest option of that command.
 """
 
 from __future__ import annotations
@@ -24,12 +27,44 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run NeMo-Curator-style data-curation pipelines on Dask.",
     )
+    parser.add_argument("--version", action=_Version, help="print the versions of curator_dask, "
+                        "Dask, distributed, NeMo Curator (when installed) and Python, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run_command.register(sub)
     jobs.register(sub)
     checkpoint.register(sub)
     slurm.register(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the versions, looked up only when asked (no import of Dask)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object
+                 ) -> None:
+        print(versions())
+        parser.exit()
+
+
+def versions() -> str:
+    """``curator_dask 0.1.0 (dask ..., distributed ..., nemo-curator ..., Python ...)``, from
+    the installed distributions' metadata; NeMo Curator only when it is installed."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    others = [f"{name} {v}" for name in ("dask", "distributed", "nemo-curator")
+              if (v := version(name)) is not None]
+    own = version("curator_dask") or "(not installed: no package metadata)"
+    return f"curator_dask {own} ({', '.join([*others, f'Python {platform.python_version()}'])})"
 
 
 def _configure_logging(verbose: int) -> None:
@@ -47,11 +82,38 @@ def _configure_logging(verbose: int) -> None:
     logging.getLogger("curator_dask").setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  unknown: list[str]) -> None:
+    """Report arguments no parser took with the usage of the command they were given to (not
+    the top level's, as ``parse_args`` does) and the closest option of that command; exit 2."""
+    import difflib
+
+    command = parser
+    while True:  # down to the (sub)command that ran: `run`, `slurm submit`, ...
+        subs = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if chosen not in (subs[0].choices if subs else {}):
+            break
+        command = subs[0].choices[chosen]
+    options = {s.lstrip("-"): s for a in command._actions if a.help is not argparse.SUPPRESS
+               for s in a.option_strings}
+    hints = {}  # compared without the dashes, which every option shares
+    for arg in (a.partition("=")[0] for a in unknown if a.startswith("-")):
+        close = difflib.get_close_matches(arg.lstrip("-"), options, n=1)
+        if close:
+            hints[arg] = options[close[0]]
+    hint = ", ".join(v if len(hints) == 1 else f"{v} (for {k})" for k, v in hints.items())
+    command.error(f"unrecognized arguments: {' '.join(unknown)}"
+                  + (f"; did you mean {hint}?" if hint else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code."""
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(raw)
+    args, unknown = parser.parse_known_args(raw)
+    if unknown:
+        _unrecognized(parser, args, unknown)  # exits
     args.argv = raw
     _configure_logging(args.verbose)
     func = getattr(args, "func", None)

@@ -8,6 +8,7 @@ import sys
 
 from curator_dask.cli.common import (
     EXIT_OK,
+    EXIT_PARTIAL,
     EXIT_SCHEDULER_LOST,
     EXIT_STOPPED,
     PROG,
@@ -24,7 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Run a pipeline on an embedded LocalCluster (default) or a running scheduler. "
             "PIPELINE is a YAML file (stages by import path, `_target_` plus keyword "
-            "arguments) or `file.py:function` / `module:function` returning a Pipeline."
+            "arguments; the relative file_paths of its readers and path of its writers are "
+            "taken from the file's folder, which also goes first on sys.path) or "
+            "`file.py:function` / `module:function` returning a Pipeline. Paths given as "
+            "options are the current directory's."
         ),
     )
     run.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
@@ -32,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_cluster_arguments(run)
     run.add_argument("--checkpoint-path", metavar="PATH",
                      help="resume from and record completed sources at PATH")
+    run.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="an fsspec storage option for s3://, gs://, ... paths: the default "
+                          "of the readers, writers and checkpoint given none (config "
+                          "io.storage-options; NeMo Curator's stages take theirs in "
+                          "read_kwargs/write_kwargs). Repeatable; VALUE is JSON when it parses, "
+                          "else a string; dots nest: client_kwargs.endpoint_url=http://...")
     run.add_argument("--job-id", metavar="ID", help="name the job (default: a new UTC token)")
     run.add_argument("--resume", metavar="TOKEN",
                      help="continue job TOKEN after checking its configuration and inputs")
@@ -103,8 +113,9 @@ def _add_cluster_arguments(run: argparse.ArgumentParser) -> None:
                      help="--cluster slurm without TLS (only on a private allocation)")
 
 
-def _print_summary(result) -> None:
-    """Print the per-stage counts table, the totals and the job id of a finished run."""
+def _print_summary(result, retry: str | None = None) -> None:
+    """Print the per-stage counts table, the totals and the job id of a finished run, and
+    last, when sources saw a ``FailedTask``, how many and how to retry them (``retry``)."""
     import textwrap
 
     from curator_dask.backends.dask.result import COUNTS_LEGEND
@@ -118,6 +129,9 @@ def _print_summary(result) -> None:
           f"{result.wall_time:.2f} s")
     if result.job_id:
         print(f"job {result.job_id}")
+    line = result.failures_line(retry)
+    if line is not None:
+        print(line)
 
 
 def checkpoint_kwargs(args: argparse.Namespace) -> dict:
@@ -237,7 +251,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Check the options, load the pipeline and run it; SIGUSR1/SIGTERM drain the run.
 
     Returns:
-        ``EXIT_OK``, or ``EXIT_STOPPED`` when a signal or ``stop`` ended the run early.
+        ``EXIT_OK``; ``EXIT_PARTIAL`` when the run ended but sources saw a ``FailedTask``;
+        ``EXIT_STOPPED`` when a signal or ``stop`` ended the run early.
     """
     from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
 
@@ -258,6 +273,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.address and (args.workers or args.threads_per_worker):
         raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
                          "they cannot be combined with --address")
+    if args.storage_option:  # before the pipeline is loaded: its stages read the default
+        from curator_dask.utils.storage_options import set_default_storage_options
+
+        try:
+            set_default_storage_options(args.storage_option)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     try:
         pipeline = load_pipeline(args.pipeline, args.allow_target_module)
     except PipelineDefinitionError as exc:
@@ -273,12 +295,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     from curator_dask.jobs.job import ResumeMismatchError
     from curator_dask.resumability.input_check import InputChangedError
+    from curator_dask.utils.files import NoInputFilesError
 
     if args.cluster == "slurm-runner":
         # Every rank of the srun step gets here; only the driver rank returns from start()
         # (the scheduler and worker ranks serve until the driver is done, then exit), so
         # only the driver goes on to make the job folder and run.
         executor.start()
+    import warnings
+
+    from curator_dask.errors import PartialRunWarning
+
+    warnings.filterwarnings("ignore", category=PartialRunWarning)  # the last line says it
     try:
         result = pipeline.run(executor=executor, checkpoint_path=args.checkpoint_path,
                               **run_kwargs)
@@ -289,10 +317,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{PROG} run: failed: {exc}; completions already recorded are kept, run again "
               "to process the rest", file=sys.stderr)
         return EXIT_SCHEDULER_LOST
-    except (ResumeMismatchError, FileExistsError, InputChangedError,
+    except (ResumeMismatchError, FileExistsError, InputChangedError, NoInputFilesError,
             PartitioningChangedError, OverwriteWithCheckpointError) as exc:
+        # NoInputFilesError: the head's file discovery runs before the cluster starts, so a
+        # wrong input path is refused before any source is processed
         raise UsageError(str(exc)) from None
     finally:
         executor.close()
-    _print_summary(result)
-    return EXIT_OK
+    retry = (f"resume with `{run_kwargs['command']} --resume {result.job_id}`"
+             if result.job_id and run_kwargs.get("command") else "run the same command again")
+    _print_summary(result, retry)
+    return EXIT_PARTIAL if result.completed_with_failures else EXIT_OK

@@ -97,7 +97,7 @@ def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int, **sha
     from curator_dask.slurm.sbatch import ArrayJobSpec
 
     return ArrayJobSpec(
-        pipeline=pipeline, checkpoint_path=os.path.abspath(args.checkpoint_path),
+        pipeline=absolute_pipeline(pipeline), checkpoint_path=os.path.abspath(args.checkpoint_path),
         partition=args.partition, time=args.time, cpus_per_task=cpus_per_task,
         mem=args.mem, nodes=args.nodes, requeue=args.requeue, job_name=args.job_name,
         output=args.output, signal_grace=args.signal_grace,
@@ -105,6 +105,25 @@ def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int, **sha
         extra_run_args=tuple(arg for module in args.allow_target_module
                              for arg in ("--allow-target-module", module)),
     ).validate()
+
+
+def absolute_pipeline(pipeline: str) -> str:
+    """``pipeline.yaml`` or ``file.py:function`` with the file's path made absolute, so the
+    script names the file itself whatever directory it runs in; ``module:function`` as given.
+
+    Example:
+        >>> import os
+        >>> absolute_pipeline("p.yaml") == os.path.join(os.getcwd(), "p.yaml")
+        True
+        >>> absolute_pipeline("mypackage.pipelines:build")
+        'mypackage.pipelines:build'
+    """
+    import os
+
+    if pipeline.endswith((".yaml", ".yml")):
+        return os.path.abspath(pipeline)
+    path, sep, function = pipeline.rpartition(":")
+    return f"{os.path.abspath(path)}{sep}{function}" if path.endswith(".py") else pipeline
 
 
 def _check_pipeline_file(pipeline: str) -> None:

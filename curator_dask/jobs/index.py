@@ -11,6 +11,10 @@ missing index reads as empty, a corrupt one (truncated, not JSON or not UTF-8, n
 to parse, of another shape) reads as empty with one warning naming it and is rewritten whole
 at the next write, a failure to write it is logged and the run goes on, and entries whose
 folder is gone are skipped when read. It keeps the newest :data:`MAX_ENTRIES` jobs.
+
+On a shared account the index holds every job the user ever ran, so ``status`` lists
+(:func:`job_rows`) the jobs of the current work dir plus the index's running jobs; the whole
+index only when asked (``--all``).
 """
 
 from __future__ import annotations
@@ -160,3 +164,56 @@ def find_job(job_id: str, work_dir: str, path: str | None = None) -> list[str]:
         return [local]
     found = [e["path"] for e in reversed(indexed_jobs(path)) if e["job_id"] == job_id]
     return list(dict.fromkeys(found))
+
+
+def checked_state(summary: dict[str, Any]) -> str:
+    """The recorded state, or ``running (driver gone)`` when its driver (checked by pid and
+    start time, on its host) no longer exists.
+
+    Example:
+        >>> checked_state({"state": "completed"})
+        'completed'
+    """
+    import socket
+
+    from curator_dask.jobs.control import is_recorded_driver
+
+    state = summary.get("state", "?")
+    if (state == "running" and summary.get("host") == socket.gethostname()
+            and not is_recorded_driver(summary)):
+        return "running (driver gone)"
+    return state
+
+
+def job_rows(work_dir: str, *, all_jobs: bool = False,
+             path: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The jobs ``status`` lists, oldest first, and how many of the index's jobs it left out.
+
+    Each row is a job's summary with its state checked (:func:`checked_state`) and
+    ``job_dir`` added. Listed: every job in ``work_dir``, and of the index's jobs elsewhere
+    those still ``running`` (a driver gone from this host is not: that job ended); with
+    ``all_jobs``, every job of the index.
+
+    Example:
+        >>> import tempfile, os
+        >>> root = tempfile.mkdtemp()
+        >>> job_rows(os.path.join(root, "jobs"), path=os.path.join(root, "index.json"))
+        ([], 0)
+    """
+    from curator_dask.jobs.summary import read_summary
+
+    folder = os.path.abspath(work_dir)
+    local = [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+             if os.path.isdir(os.path.join(folder, n))] if os.path.isdir(folder) else []
+    here = set(local)
+    rows, hidden = [], 0
+    for job_dir in dict.fromkeys(local + [e["path"] for e in indexed_jobs(path)]):
+        summary = read_summary(os.path.join(job_dir, SUMMARY_FILE))
+        if not (isinstance(summary, dict) and summary.get("job_id")):
+            continue
+        row = {**summary, "state": checked_state(summary), "job_dir": job_dir}
+        if all_jobs or job_dir in here or row["state"] == "running":
+            rows.append(row)
+        else:
+            hidden += 1
+    return sorted(rows, key=lambda r: str(r.get("started") or "")), hidden

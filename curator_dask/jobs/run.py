@@ -305,8 +305,17 @@ class JobRun(RunObserver):
         return out
 
     def finish(self, state: str, result: Any = None, error: BaseException | None = None) -> None:
-        """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once."""
+        """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once.
+
+        A ``completed`` run whose result counts failed sources (a stage returned
+        ``FailedTask``) ends as ``completed_with_failures``: its ``job_complete`` event says
+        so (``state``) and counts them (``failed_sources``), and its summary lists the first
+        100 of their ids (``failed_source_ids``).
+        """
         self._stop.set()
+        failed = getattr(result, "failed_sources", ()) if state == "completed" else ()
+        if failed:
+            state = "completed_with_failures"
         self._state = state
         now = time.time()
         extra: dict[str, Any] = {"ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
@@ -314,12 +323,17 @@ class JobRun(RunObserver):
         if result is not None:
             extra["stages"] = result.counts_table()
             extra["dashboard"] = result.dashboard_link
+        if failed:
+            extra["failed_source_ids"] = list(failed[:100])
         if error is not None:
             extra["error"] = f"{type(error).__name__}: {error}"
             extra.update(self._unfinished_progress(state, error))
-        event = {"completed": "job_complete", "failed": "job_failed",
-                 "stopped": "job_stopped"}[state]
-        self.events.emit(event, **({"error": extra["error"]} if error is not None else {}))
+        event = {"completed": "job_complete", "completed_with_failures": "job_complete",
+                 "failed": "job_failed", "stopped": "job_stopped"}[state]
+        fields = {"state": state, "failed_sources": len(failed)} if failed else {}
+        if error is not None:
+            fields["error"] = extra["error"]
+        self.events.emit(event, **fields)
         extra["log"] = self.log_path
         self._write_summary(**extra)
         self.events.close()

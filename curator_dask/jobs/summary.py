@@ -15,7 +15,9 @@ from typing import Any
 from curator_dask.jobs.redact import redact
 from curator_dask.utils.atomic import write_atomic
 
-STATES = ("running", "completed", "failed", "stopped")
+# completed_with_failures: the run ended without an error, but some sources saw a
+# FailedTask and stay pending (a resume retries them)
+STATES = ("running", "completed", "completed_with_failures", "failed", "stopped")
 SUMMARY_FILE = "job_summary.json"
 STOP_REQUEST = "stop_request.json"  # left by `stop JOB` for one attempt (run_id); see control.py
 

@@ -1,8 +1,14 @@
-"""What ``status`` shows: per-stage progress, rates, ETA and failures of one job (rich)."""
+"""What ``status`` shows: one job's per-stage progress, rates, ETA and failures, and the table
+of jobs; as rich renderables for the terminal and, through :func:`status`, as HTML in a notebook.
+
+The jobs table fits the terminal: a folder is shortened (``~`` for the home folder, the middle
+elided with ``…``) rather than wrapped, so each job stays one line.
+"""
 
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from typing import Any
 
@@ -69,6 +75,8 @@ def sources_line(summary: dict[str, Any]) -> str:
     src = summary.get("sources") or {}
     r = rates(summary)
     failed = f"{src.get('failed', 0)} failed"
+    if summary.get("state") == "completed_with_failures":
+        failed += " (a stage returned FailedTask: pending, a resume retries them)"
     if summary.get("cancelled_at_end"):
         failed += f", {summary['cancelled_at_end']} cancelled (pending)"
     text = (f"sources: {src.get('total', '?')} total, {src.get('skipped', 0)} skipped, "
@@ -81,31 +89,64 @@ def sources_line(summary: dict[str, Any]) -> str:
     return text
 
 
-def _stage_table(summary: dict[str, Any]) -> Any:
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
+def stop_reason(summary: dict[str, Any]) -> str | None:
+    """Why a ``stopped`` job stopped and what completed (``None`` for any other state): its
+    recorded error without the exception's name, since a stop is no error.
 
+    Example:
+        >>> stop_reason({"state": "stopped", "error": "RunStopped: received SIGUSR1: stopped "
+        ...              "after 2 of 20 source partitions completed"})
+        'received SIGUSR1; 2 of 20 source partitions completed'
+    """
+    if summary.get("state") != "stopped":
+        return None
+    text = str(summary.get("error") or "")
+    for prefix in ("RunStopped: ", "KeyboardInterrupt: "):
+        text = text.removeprefix(prefix)
+    return text.replace(": stopped after ", "; ", 1) or "stop requested"
+
+
+def stage_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per stage, what the stage table shows: ``stage``, ``raised`` (the stage that raised),
+    ``done`` of ``total`` sources (the progress) and ``cells``, the texts of the columns after
+    ``progress`` (shared by the terminal's table and the notebook's HTML)."""
     total = int((summary.get("sources") or {}).get("to_process") or 0)
-    table = Table(show_edge=False, header_style="bold")
-    for column in STAGE_COLUMNS:
-        table.add_column(column, justify="left" if column in ("stage", "progress") else "right")
+    out = []
     for row in summary.get("stages") or []:
         secs = float(row.get("seconds") or 0)
         done = row.get("sources_done")
         if done is None:
             done = total if row.get("tasks_in") else 0
-        raised = row["stage"] == summary.get("failed_stage")
+        cells = [str(row.get(k, 0)) for k in ("tasks_in", "tasks_out", "items_in", "items_out",
+                                              "rows_dropped", "filtered", "failed")]
+        cells += [f"{secs:.2f}", f"{row.get('items_in', 0) / secs:,.0f}" if secs > 0 else "-"]
+        out.append({"stage": str(row["stage"]), "raised": row["stage"] == summary.get(
+            "failed_stage"), "done": min(total, done), "total": total, "cells": cells,
+            "failed": bool(row.get("failed"))})
+    return out
+
+
+def _stage_table(summary: dict[str, Any]) -> Any:
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_edge=False, header_style="bold")
+    for column in STAGE_COLUMNS:
+        table.add_column(column, justify="left" if column in ("stage", "progress") else "right")
+    for row in stage_rows(summary):
+        cells: list[Any] = list(row["cells"])
+        cells[6] = Text(cells[6], style="red" if row["failed"] else "")  # tasks failed
         table.add_row(
-            Text(str(row["stage"]) + (" (raised)" if raised else ""),
-                 style="red" if raised else ""),
-            ProgressBar(total=max(total, 1), width=20, completed=min(total, done)),
-            *(str(row.get(k, 0)) for k in ("tasks_in", "tasks_out", "items_in", "items_out",
-                                            "rows_dropped", "filtered")),
-            Text(str(row.get("failed", 0)), style="red" if row.get("failed") else ""),
-            f"{secs:.2f}", f"{row.get('items_in', 0) / secs:,.0f}" if secs > 0 else "-",
-        )
+            Text(row["stage"] + (" (raised)" if row["raised"] else ""),
+                 style="red" if row["raised"] else ""),
+            ProgressBar(total=max(row["total"], 1), width=20, completed=row["done"]), *cells)
     return table
+
+
+# completed_with_failures: the run ended, but some sources saw a FailedTask (pending)
+STATE_COLORS = {"running": "yellow", "completed": "green", "completed_with_failures": "yellow",
+                "failed": "red", "stopped": "magenta"}
 
 
 def render(summary: dict[str, Any]) -> Any:
@@ -116,8 +157,7 @@ def render(summary: dict[str, Any]) -> Any:
     state = summary.get("state", "?")
     header = Text.assemble(
         ("job ", "bold"), (str(summary.get("job_id")), "bold cyan"), "  ",
-        (state, {"running": "yellow", "completed": "green", "failed": "red",
-                 "stopped": "magenta"}.get(state.split(" ")[0], "white")),
+        (state, STATE_COLORS.get(state.split(" ")[0], "white")),
         f"  pid {summary.get('pid')} on {summary.get('host')}, started "
         f"{summary.get('started')}, updated {summary.get('updated')}",
     )
@@ -130,8 +170,111 @@ def render(summary: dict[str, Any]) -> Any:
         parts.append(Text(f"folder: {summary['job_dir']}"))
     if summary.get("dashboard") and state == "running":
         parts.append(Text(f"dashboard: {summary['dashboard']}"))
-    if summary.get("error"):
+    reason = stop_reason(summary)
+    if reason is not None:
+        parts.append(Text(f"stopped: {reason}", style="magenta"))
+    elif summary.get("error"):
         parts.append(Text(f"error: {summary['error']}", style="red"))
     if summary.get("resume_command") and state != "completed":
         parts.append(Text(f"resume with: {summary['resume_command']}"))
     return Group(*parts)
+
+
+# "work dir": the folder holding the job's folder (what --work-dir takes), not the job folder
+# itself, whose last part would repeat the job id
+JOB_COLUMNS = ("job", "state", "started", "ended", "sources", "skipped", "done", "failed",
+               "work dir")
+_NUMBERS = {"sources": "total", "skipped": "skipped", "done": "completed", "failed": "failed"}
+
+
+def short_time(text: str | None, same_day_as: str | None = None) -> str:
+    """A summary's UTC time as ``YYYY-MM-DD HH:MM``, only ``HH:MM`` on the day of
+    ``same_day_as`` (an ended time next to its start); other text as it is.
+
+    Example:
+        >>> short_time("2026-12-01T21:38:02Z"), short_time("2026-12-01T23:05:10Z",
+        ...                                               "2026-12-01T21:38:02Z")
+        ('2026-12-01 21:38', '23:05')
+    """
+    if not text or _parse_ts(text) is None:
+        return str(text or "")
+    if same_day_as and same_day_as[:10] == text[:10]:
+        return text[11:16]
+    return f"{text[:10]} {text[11:16]}"
+
+
+def short_folder(path: str, width: int | None = None) -> str:
+    """``path`` with the home folder as ``~`` and, when longer than ``width``, its middle
+    elided with ``…`` (the end, where the job's own folder is, is kept longer).
+
+    Example:
+        >>> short_folder("/data/projects/curation/run-2026/curator-dask-jobs", 30)
+        '/data/pro…26/curator-dask-jobs'
+    """
+    home = os.path.expanduser("~").rstrip("/")
+    if home and (path == home or path.startswith(home + "/")):
+        path = "~" + path[len(home):]
+    if width is None or len(path) <= width:
+        return path
+    if width <= 1:
+        return "…"[:max(width, 0)]
+    head = (width - 1) // 3
+    return path[:head] + "…" + path[len(path) - (width - 1 - head):]
+
+
+class _Folder:
+    """A table cell that elides the folder's middle to the column's width instead of wrapping
+    it (rich measures it as shrinkable down to 12 characters)."""
+
+    def __init__(self, path: str) -> None:
+        self.text = short_folder(path)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        return Measurement(min(len(self.text), 12), len(self.text))
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        yield Text(short_folder(self.text, options.max_width), no_wrap=True, overflow="crop")
+
+
+def jobs_table(rows: list[dict[str, Any]]) -> Any:
+    """The rich table of jobs (:func:`curator_dask.jobs.index.job_rows`), one line per job at
+    any width that holds the other columns: only the work dir column shrinks (its middle
+    elided).
+
+    Example:
+        >>> from rich.console import Console
+        >>> row = {"job_id": "j1", "state": "completed", "started": "2026-12-01T21:38:02Z",
+        ...        "ended": "2026-12-01T21:40:10Z", "sources": {"total": 6, "completed": 6},
+        ...        "job_dir": "/data/" + "x" * 200 + "/curator-dask-jobs/j1"}
+        >>> console = Console(width=100, record=True, file=open(os.devnull, "w"))
+        >>> console.print(jobs_table([row]))
+        >>> lines = console.export_text().splitlines()
+        >>> len(lines), max(len(line) for line in lines) <= 100, "…" in lines[2]
+        (3, True, True)
+    """
+    from rich.table import Table
+
+    table = Table(show_edge=False, header_style="bold")
+    for column in JOB_COLUMNS:
+        table.add_column(column, justify="right" if column in _NUMBERS else "left",
+                         no_wrap=column != "work dir", overflow="fold" if column == "job"
+                         else "ellipsis")
+    for r in rows:
+        src = r.get("sources") or {}
+        table.add_row(r["job_id"], r["state"], short_time(r.get("started")),
+                      short_time(r.get("ended"), r.get("started")),
+                      *(str(src.get(key, "")) for key in _NUMBERS.values()),
+                      _Folder(os.path.dirname(r["job_dir"])))
+    return table
+
+
+def hidden_line(hidden: int, prog: str = "python -m curator_dask") -> str:
+    """The line under the jobs table when the index has jobs that ``status`` left out;
+    ``prog``: the command as the user types it."""
+    jobs = "job" if hidden == 1 else "jobs"
+    return (f"{hidden} more {jobs} in the job index (other work dirs, not running): "
+            f"`{prog} status --all` lists every job")

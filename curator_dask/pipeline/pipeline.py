@@ -131,7 +131,8 @@ class Pipeline:
             checkpoint_path: skip sources completed by earlier runs with the same path and
                 record completions (a local path, a network file system, or an fsspec URL
                 such as ``s3://bucket/ckpt``); see docs/resumable-processing.md.
-            checkpoint_storage_options: fsspec options for a remote ``checkpoint_path``.
+            checkpoint_storage_options: fsspec options for a remote ``checkpoint_path``
+                (default: config ``io.storage-options``; see docs/object-stores.md).
             slurm_array: the array shard to process: a ``SlurmArrayConfig``, ``False`` to
                 process every source, or ``None`` (default) to read the
                 ``NEMO_CURATOR_SLURM_ARRAY_*`` / ``SLURM_ARRAY_*`` variables here, on the

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from curator_dask import JsonlWriter, Pipeline
-from curator_dask.backends.dask.plan import build_plan
 from curator_dask.backends.dask.head import run_head
+from curator_dask.backends.dask.plan import build_plan
 from curator_dask.errors import ResourceUnavailableError
 from curator_dask.lineage import assign_root_task_ids
 from curator_dask.sample_data import generate_jsonl

@@ -112,3 +112,45 @@ def test_stages_of_a_pipeline_file_reach_workers_that_cannot_import_it(tmp_path,
     assert len(written) == 3
     texts = [json.loads(line)["text"] for p in written for line in p.read_text().splitlines()]
     assert len(texts) == 6 and all(t == t.upper() for t in texts)
+
+
+SHOUT_STAGES = textwrap.dedent("""
+    from dataclasses import dataclass
+    from curator_dask import ProcessingStage
+    from shout_helpers import shout
+
+    @dataclass
+    class Shout(ProcessingStage):
+        name: str = "shout"
+        def process(self, task):
+            frame = task.to_pandas()
+            frame["text"] = frame["text"].map(shout)
+            task.data = frame
+            return task
+""")
+SHOUT_YAML = textwrap.dedent("""
+    stages:
+      - _target_: curator_dask.stages.text.io.reader.JsonlReader
+        file_paths: ./input
+      - _target_: shout_stages.Shout
+      - _target_: curator_dask.stages.text.io.writer.JsonlWriter
+        path: ./output
+""")
+
+
+def test_stages_beside_a_yaml_file_reach_workers_that_cannot_import_them(tmp_path,
+                                                                        external_cluster):
+    """A YAML file's `_target_: shout_stages.Shout` (and the module it imports) travel by
+    value, as a pipeline file's stages do (issue 20, item 6)."""
+    (tmp_path / "p.yaml").write_text(SHOUT_YAML)
+    (tmp_path / "shout_stages.py").write_text(SHOUT_STAGES)
+    (tmp_path / "shout_helpers.py").write_text(HELPERS)
+    generate_jsonl(str(tmp_path / "input"), files=2, docs_per_file=2, seed=32)
+    out = cli("run", "p.yaml", "--address", external_cluster, "--no-progress", "--no-job",
+              cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ModuleNotFoundError" not in out.stderr
+    written = sorted((tmp_path / "output").glob("*.jsonl"))
+    assert len(written) == 2
+    texts = [json.loads(line)["text"] for p in written for line in p.read_text().splitlines()]
+    assert len(texts) == 4 and all(t == t.upper() for t in texts)

@@ -67,6 +67,64 @@ def test_site_links_open_from_disk(site):
     assert checked > 100
 
 
+def _loaded(html: str) -> list[str]:
+    """What a page makes the browser fetch: script sources and stylesheet links."""
+    scripts = re.findall(r'<script[^>]*\ssrc="([^"]+)"', html)
+    sheets = [re.search(r'href="([^"]+)"', tag).group(1)
+              for tag in re.findall(r"<link[^>]*>", html)
+              if re.search(r'rel="stylesheet"', tag) and 'href="' in tag]
+    return scripts + sheets
+
+
+def test_the_site_loads_nothing_from_the_network(site):
+    """Opened offline (a login node, a laptop on a train), every script and stylesheet a page
+    loads is a file of the site: no CDN (the theme's highlight.js came from one)."""
+    remote = re.compile(r"^(https?:)?//")
+    loaded = {}
+    for page in site.rglob("*.html"):
+        for url in _loaded(page.read_text(encoding="utf-8")):
+            loaded.setdefault(url, page.relative_to(site))
+    external = {url: str(page) for url, page in loaded.items() if remote.match(url)}
+    assert not external, f"pages load from the network: {external}"
+    assert any(url.endswith("css/pygments.css") for url in loaded), sorted(loaded)
+    for sheet in site.rglob("*.css"):
+        text = sheet.read_text(encoding="utf-8", errors="replace")
+        imports = re.findall(r"(?:url\(|@import)\s*['\"]?((?:https?:)?//[^'\")\s]+)", text)
+        assert not imports, (sheet.relative_to(site), imports)
+
+
+def test_code_blocks_are_highlighted_when_the_site_is_built(site):
+    """Colours come with the HTML (Pygments' spans) and a local stylesheet, not from a script
+    that runs in the browser."""
+    html = (site / "getting-started.html").read_text(encoding="utf-8")
+    assert '<div class="highlight"><pre><span></span><code><span class="kn">from</span>' in html
+    assert re.search(r'<span class="k">def</span>', html)
+    assert re.search(r'<link[^>]*href="css/pygments.css"', html)
+    styles = (site / "css" / "pygments.css").read_text(encoding="utf-8")
+    for token in (".highlight .kn", ".highlight .k ", ".highlight .s2", ".highlight .c1"):
+        assert token in styles, token
+    assert "hljs" not in html
+
+
+def test_wide_tables_wrap_and_scroll_in_their_own_box(site):
+    """The theme's script wraps tables in .wy-table-responsive, whose cells never wrap (a table
+    of sentences became a line thousands of pixels wide at 1280 px): docs/css/extra.css wraps
+    the cells and lets a table that still cannot fit scroll sideways in its own box. Measured
+    with headless Chromium at 1280 px when it was added (guarantees.html's fault table: 3,313
+    px wide in a 696 px column before, 696 px after); here: the rules are there and applied."""
+    html = (site / "guarantees.html").read_text(encoding="utf-8")
+    assert re.search(r'<link[^>]*href="css/extra.css"', html)
+    assert html.index("css/extra.css") > html.index("css/theme_extra.css")  # it overrides it
+    css = re.sub(r"/\*.*?\*/", "", (site / "css" / "extra.css").read_text(encoding="utf-8"),
+                 flags=re.S)
+    rules = {" ".join(sel.split()): body for sel, body in re.findall(r"([^{}]+)\{([^}]*)\}", css)}
+    cells = rules[".wy-table-responsive table td, .wy-table-responsive table th"]
+    assert "white-space: normal" in cells
+    table = rules[".rst-content table"]
+    assert "display: block" in table and "overflow-x: auto" in table
+    assert "max-width: 100%" in table
+
+
 def test_generated_pages_are_not_stored_in_docs():
     for name in ("cli-reference.md", "api-reference.md", "configuration-keys.md"):
         assert not (ROOT / "docs" / name).exists(), (

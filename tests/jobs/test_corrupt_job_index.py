@@ -87,7 +87,7 @@ def test_run_and_status_with_a_deeply_nested_index(tmp_path):
     assert [e["job_id"] for e in data["jobs"]] == ["after-corrupt"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    after = cli("status", cwd=elsewhere, env=env)
+    after = cli("status", "--all", cwd=elsewhere, env=env)  # a finished job of another dir
     assert after.returncode == 0, after.stderr
     assert warnings_about(after.stderr, index) == []  # the index is valid again
     assert "after-corrupt" in after.stdout

@@ -58,10 +58,11 @@ def test_status_stop_and_report_find_jobs_from_another_directory(tmp_path):
     path = finished_job(tmp_path / "project" / "curator-dask-jobs", "from-afar")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    listing = cli("status", cwd=elsewhere)
+    listing = cli("status", "--all", cwd=elsewhere)  # not running, elsewhere: only with --all
     assert listing.returncode == 0, listing.stderr
     row = next(x for x in listing.stdout.splitlines() if "from-afar" in x)
-    assert "completed" in row and path in row  # each job shows its folder
+    assert "completed" in row and os.path.dirname(path) in row  # each job shows its work dir
+    assert "from-afar" not in cli("status", cwd=elsewhere).stdout
     one = cli("status", "from-afar", cwd=elsewhere)
     assert one.returncode == 0 and "from-afar  completed" in one.stdout, one.stderr
     stop = cli("stop", "from-afar", cwd=elsewhere)

@@ -43,9 +43,16 @@ def test_job_resume_events_and_summary(executor, tmp_path):
     assert first.job_id == "job-a" and len(first) == 3
     job_dir = Path(work) / "job-a"
     summary = read_summary(str(job_dir / "job_summary.json"))
-    assert summary["state"] == "completed" and summary["resume_command"] == "cmd --resume job-a"
+    # one source saw a FailedTask: a state of its own (it stays pending), naming the source
+    assert summary["state"] == "completed_with_failures"
+    assert summary["resume_command"] == "cmd --resume job-a"
     assert summary["sources"] == {"total": 4, "skipped": 0, "to_process": 4, "completed": 3,
                                   "failed": 1, "in_flight": 0}
+    assert summary["failed_source_ids"] == list(first.failed_sources) and len(
+        first.failed_sources) == 1
+    end = read_events(str(job_dir / "events.jsonl"))[-1]
+    assert (end["type"], end["state"], end["failed_sources"]) == (
+        "job_complete", "completed_with_failures", 1)
     # resuming with a changed stage parameter is refused, naming it; nothing is deleted
     with pytest.raises(ResumeMismatchError, match=r"params.bad_ids: \[\"1-0\"\] -> \[\]"):
         make(tmp_path, FailSoftOn()).run(executor=executor, work_dir=work, resume="job-a")
@@ -53,7 +60,9 @@ def test_job_resume_events_and_summary(executor, tmp_path):
     # the unchanged resume finishes the job: only the failed source runs again
     again = make(tmp_path, FailSoftOn(bad_ids=("1-0",))).run(executor=executor, work_dir=work,
                                                              resume="job-a")
-    assert again.skipped_sources == 3
+    # (the same stage fails the same source again: the job still ends with failures)
+    assert again.skipped_sources == 3 and again.failed_sources == first.failed_sources
+    assert read_summary(str(job_dir / "job_summary.json"))["state"] == "completed_with_failures"
     events = read_events(str(job_dir / "events.jsonl"))
     seqs = [e["seq"] for e in events]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) == seqs[-1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ from curator_dask.stages.text.io.reader import InvalidUtf8Error, JsonlReaderStag
 from curator_dask.tasks import EmptyTask, FileGroupTask
 from tests.helpers import cli
 
+LOG_LINE = re.compile(r"\d\d:\d\d:\d\d (DEBUG|INFO|WARNING) ")  # the CLI's log format
 BAD_UTF8 = b'{"text": "good one"}\n{"text": "ok \xff\xfe bad"}\n{"text": "good two"}\n'
 
 
@@ -95,22 +97,31 @@ def test_readers_pass_allow_no_files_on(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", ["does-not-exist", "in/nothing-*.jsonl"])
-def test_cli_run_with_missing_input_fails_and_job_records_failed(tmp_path: Path,
-                                                                 entry: str) -> None:
+@pytest.mark.parametrize(("entry", "reason"), [("does-not-exist", "does not exist"),
+                                               ("in/nothing-*.jsonl",
+                                                "matches no file or directory")])
+def test_cli_run_with_missing_input_is_a_one_line_usage_error_before_any_cluster(
+        tmp_path: Path, entry: str, reason: str) -> None:
+    """Exit 2, one line (issue 20): the head's discovery runs before the cluster starts."""
     (tmp_path / "in").mkdir()
     out = cli("run", _yaml(tmp_path, entry), "--workers", "1", "--no-progress",
               "--work-dir", "jobs", "--job-id", "missing-input", cwd=tmp_path, timeout=180)
-    assert out.returncode == 1, out.stderr
-    assert "NoInputFilesError" in out.stderr and f"{tmp_path / entry}" in out.stderr
+    assert out.returncode == 2, out.stderr
+    not_logged = [line for line in out.stderr.splitlines() if not LOG_LINE.match(line)]
+    assert not_logged == [
+        f"python -m curator_dask run: error: No input files: {tmp_path / entry} {reason}; "
+        "pass allow_no_files=True (FilePartitioningStage or the reader) to accept that"], \
+        out.stderr
     summary = read_summary(str(tmp_path / "jobs" / "missing-input" / "job_summary.json"))
     assert summary["state"] == "failed", summary
+    assert summary["error"].startswith("NoInputFilesError: No input files: ")
+    assert summary["scheduler"] is None  # no cluster was started or reached
 
 
 @pytest.mark.slow
 def test_api_run_missing_input_fails_and_opt_in_completes(tmp_path: Path, executor) -> None:
     missing = str(tmp_path / "does-not-exist")
-    with pytest.raises(Exception, match="does-not-exist does not exist") as info:
+    with pytest.raises(NoInputFilesError, match="does-not-exist does not exist") as info:
         _pipeline(JsonlReader(file_paths=missing)).run(
             executor=executor, work_dir=str(tmp_path / "jobs"), job_id="api-missing")
     assert "allow_no_files=True" in str(info.value)

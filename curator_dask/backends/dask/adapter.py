@@ -198,9 +198,16 @@ class StageAdapter:
         self.timer = self.model.timer(stage)
 
     def process_batch(
-        self, tasks: list[Task], count: StageCount | None = None, deltas: DeltaLog | None = None
+        self, tasks: list[Task], count: StageCount | None = None, deltas: DeltaLog | None = None,
+        failed: set[str] | None = None,
     ) -> list[Task]:
-        """Process one batch; add what happened to ``count``, completion deltas to ``deltas``."""
+        """Process one batch; add what happened to ``count``, completion deltas to ``deltas``.
+
+        Without ``deltas`` (a run with no checkpoint: tasks carry no source id), ``failed``
+        collects the task ids of the inputs a ``FailedTask`` came from: each extends the id
+        of the source it descends from (docs/design/contract.md §1.2), which is how the
+        driver names the failed sources.
+        """
         stage = self.stage
         start = time.perf_counter()
         try:
@@ -228,6 +235,8 @@ class StageAdapter:
         if deltas is not None and not stage.is_source_stage:
             deltas.add(stage_deltas(type(stage).__name__, tasks, results,
                                     is_sink=stage.is_sink_stage))
+        elif n_failed and failed is not None:
+            failed.update(failed_parents(tasks, results))
         results = [r for r in results if not lineage.is_sentinel(r)]
         stats = self.timer.stats()
         for r in results:
@@ -247,16 +256,59 @@ class StageAdapter:
         return results
 
 
+def failed_parents(tasks: Sequence[Task], results: Sequence[Task]) -> set[str]:
+    """The task ids of the inputs of one stage call that a ``FailedTask`` came from: the input
+    at its position (N:N), else every input (one input, or M→K: not attributable further).
+
+    Example:
+        >>> from curator_dask.tasks import FailedTask, FileGroupTask
+        >>> a, b = (FileGroupTask(dataset_name="d", data=[p]) for p in "ab")
+        >>> a.task_id, b.task_id = "0_a", "0_b"
+        >>> sorted(failed_parents([a, b], [a, FailedTask()]))
+        ['0_b']
+    """
+    if len(tasks) == len(results) > 1:
+        return {t.task_id for t, r in zip(tasks, results, strict=True)
+                if lineage.is_failed_task(r)}
+    return {t.task_id for t in tasks}
+
+
+def failed_among(ids: list[str], failed: set[str]) -> set[str]:
+    """The ids of a chain's sources that saw a ``FailedTask``. ``failed`` holds source ids (a
+    run with a checkpoint) or the task ids of the inputs a ``FailedTask`` came from (without
+    one); each of those is its source task's id or extends it with ``_<suffix>``
+    (docs/design/contract.md §1.2), so its longest prefix among ``ids`` is its source. An id
+    an M→K stage made at random descends from no source it can name and is left out.
+
+    Example:
+        >>> sorted(failed_among(["0_a", "0_b"], {"0_b_0_3", "r12ab"}))
+        ['0_b']
+    """
+    if not failed:
+        return set()
+    own, found = set(ids), set()
+    for task_id in failed:
+        parts = task_id.split("_")
+        for end in range(len(parts), 0, -1):
+            prefix = "_".join(parts[:end])
+            if prefix in own:
+                found.add(prefix)
+                break
+    return found
+
+
 def run_stages(
     adapters: Sequence[StageAdapter],
     batches: list[list[Task]],
     deltas: DeltaLog | None = None,
+    failed: set[str] | None = None,
 ) -> tuple[list[list[Task]], list[StageCount]]:
     """Run ``adapters`` in order over ``batches`` (tasks grouped by the call that made them).
 
     Each stage slices every group into batches of ``batch_size`` (``None`` → 1); tasks made by
     different upstream calls are never batched together. Returns the last stage's outputs,
-    grouped by the call that produced them, and one ``StageCount`` per adapter.
+    grouped by the call that produced them, and one ``StageCount`` per adapter. ``deltas`` and
+    ``failed``: as for :meth:`StageAdapter.process_batch`.
     """
     counts = [StageCount() for _ in adapters]
     for adapter, count in zip(adapters, counts, strict=True):
@@ -264,7 +316,7 @@ def run_stages(
         produced: list[list[Task]] = []
         for group in batches:
             for i in range(0, len(group), size):
-                out = adapter.process_batch(group[i : i + size], count, deltas)
+                out = adapter.process_batch(group[i : i + size], count, deltas, failed)
                 if out:
                     produced.append(out)
         batches = produced

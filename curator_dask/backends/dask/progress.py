@@ -43,6 +43,10 @@ class LiveProgress:
                         "failed": 0, "in_flight": 0}
         self.finished_ids: list[str] = []  # only with keep_finished_ids (input checks)
         self.keep_finished_ids = False
+        self.failed_ids: list[str] = []  # sources that saw a FailedTask, as the stream names them
+        # Sources of chains cancelled while they may have been running: on the workers they can
+        # still finish and write their outputs after the driver stopped waiting for them.
+        self.cut = 0
         self.first_submit: float | None = None
         self.stage_sources: dict[int, int] = {}  # sources that passed each stage
         self._lock = threading.Lock()
@@ -70,13 +74,19 @@ class LiveProgress:
         with self._lock:
             self.sources["failed"] += len(ids)
 
+    def cut_short(self, n: int) -> None:
+        """``n`` sources of chains cancelled while they may have been running."""
+        with self._lock:
+            self.cut += n
+
     def chunk_done(self, ids: list[str], failed: set[str], counts: dict[int, StageCount]) -> None:
         with self._lock:
             if self.keep_finished_ids:
                 self.finished_ids.extend(ids)
-            n_failed = sum(1 for sid in ids if sid in failed)
-            self.sources["failed"] += n_failed
-            self.sources["completed"] += len(ids) - n_failed
+            failed_here = [sid for sid in ids if sid in failed]
+            self.failed_ids.extend(failed_here)
+            self.sources["failed"] += len(failed_here)
+            self.sources["completed"] += len(ids) - len(failed_here)
             for i, c in counts.items():
                 self.counts.setdefault(i, StageCount()).merge(c)
 

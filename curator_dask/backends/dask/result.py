@@ -19,6 +19,9 @@ COUNTS_LEGEND = ("items: rows of document batches, files of file groups; rows dr
                  "time, summed over workers")
 
 
+_SHOWN_IDS = 10  # failed source ids a notebook shows under the table
+
+
 def _cell(row: dict[str, Any], key: str) -> str:
     value = row.get(key, 0)
     return f"{float(value or 0):.2f}" if key == "seconds" else str(value)
@@ -83,21 +86,31 @@ class RunResult(list):
             empty).
         skipped_sources: sources a checkpoint marked complete (not processed again).
         checkpoint: the completion plugin's summary (completed, pending, failed sources, ...).
-        timings: seconds from the start of ``execute`` to ``cluster`` (connected),
-            ``checkpoint_loaded``, ``head`` (sources known), ``sources_opened``,
-            ``first_submit`` and ``end``.
+        timings: seconds from the start of ``execute`` to ``head`` (sources known: before
+            ``cluster`` when the head ran on the driver, after ``checkpoint_loaded`` when it ran
+            on the cluster), ``cluster`` (connected), ``checkpoint_loaded``,
+            ``sources_opened``, ``first_submit`` and ``end``.
         wall_time: seconds from the start of ``execute`` to its end.
         dashboard_link: the Dask dashboard URL, when there was one.
         stage_checkpoints: with stage checkpoints, entries saved and loaded per stage and the
             number of fallbacks (unusable entries).
         job_id: the job (resume token) when the run was a job.
+        failed_sources: the ids of the sources a stage returned ``FailedTask`` for (sorted):
+            they did not complete; with a checkpoint they stay pending and the next run with
+            it retries them. Without a checkpoint these are the last segment of each source
+            task's id, the id a checkpoint would record.
+        num_failed_sources: ``len(failed_sources)``; see also :meth:`failures_line`.
 
     Example:
         >>> result = RunResult(["t1", "t2"])
         >>> result.stage_counts = [("reader", StageCount(tasks_in=1, tasks_out=2))]
         >>> len(result), result.counts_table()[0]["tasks_out"]
         (2, 2)
-    """
+        >>> result.num_sources, result.failed_sources, result.num_failed_sources = 3, ("b",), 1
+        >>> result.checkpoint = {"failed_sources": ["b"]}
+        >>> print(result.failures_line())
+        2 of 3 sources completed, 1 failed (a stage returned FailedTask) and stay pending: run again with the same checkpoint to retry them
+    """  # noqa: E501 (the line as it prints)
 
     stage_counts: list[tuple[str, StageCount]]
     num_sources: int = 0
@@ -109,6 +122,34 @@ class RunResult(list):
     dashboard_link: str | None = None
     stage_checkpoints: dict[str, Any] | None = None
     job_id: str | None = None
+    failed_sources: tuple[str, ...] = ()
+    num_failed_sources: int = 0
+
+    @property
+    def completed_with_failures(self) -> bool:
+        """Whether some sources did not complete because a stage returned ``FailedTask``."""
+        return self.num_failed_sources > 0
+
+    def failures_line(self, retry: str | None = None) -> str | None:
+        """What the failed sources mean and how to retry them; ``None`` when none failed.
+
+        ``retry`` replaces "run again with the same checkpoint" (the CLI names the command
+        that resumes its job). Without a checkpoint nothing recorded the sources that
+        completed, so the line says that a rerun processes every source again.
+        """
+        failed = self.num_failed_sources
+        if not failed:
+            return None
+        todo = self.num_sources - self.skipped_sources
+        before = (f" ({self.skipped_sources} more were already complete)"
+                  if self.skipped_sources else "")
+        text = (f"{todo - failed} of {todo} sources completed{before}, {failed} failed (a "
+                "stage returned FailedTask)")
+        if self.checkpoint is None:
+            return (f"{text}: the run had no checkpoint, so nothing recorded them and a rerun "
+                    "processes every source again (give it a checkpoint to retry only them)")
+        return (f"{text} and stay pending: {retry or 'run again with the same checkpoint'} to "
+                "retry them")
 
     def counts_table(self) -> CountsTable:
         """One dict per stage, ready for ``pandas.DataFrame``; prints as an aligned table."""
@@ -116,8 +157,19 @@ class RunResult(list):
 
     def _repr_html_(self) -> str:
         """The per-stage table for Jupyter, captioned with the sources and the wall time."""
-        caption = (f"{self.num_sources} sources ({self.skipped_sources} skipped), "
+        failed = (f", <b>{self.num_failed_sources} failed</b>" if self.num_failed_sources
+                  else "")
+        caption = (f"{self.num_sources} sources ({self.skipped_sources} skipped{failed}), "
                    f"{max(len(self), self.num_outputs)} output tasks, {self.wall_time:.2f} s")
         if self.dashboard_link:
             caption += f' &middot; <a href="{escape(self.dashboard_link)}">dashboard</a>'
-        return self.counts_table()._repr_html_(caption)
+        html = self.counts_table()._repr_html_(caption)
+        line = self.failures_line()
+        if line is None:
+            return html
+        shown = ", ".join(self.failed_sources[:_SHOWN_IDS]) + (
+            f" (+{self.num_failed_sources - _SHOWN_IDS} more)"
+            if self.num_failed_sources > _SHOWN_IDS else "")
+        return (html + f"<p style='color:#b35900'>{escape(line)}.</p>"
+                f"<p><small>failed sources (<code>result.failed_sources</code>): "
+                f"{escape(shown)}</small></p>")

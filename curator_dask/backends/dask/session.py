@@ -1,6 +1,7 @@
 """One run on a Dask cluster, end to end, as short named steps (``DaskRun.execute``).
 
-plan → connect → check resources → open the checkpoint → run the head (sources) → select the
+plan → run the head on the driver (file discovery: before the cluster) → connect → check
+resources → open the checkpoint → run the head on the cluster (given initial tasks) → select the
 sources to process (array shard, completed, changed inputs) → stage checkpoints → stream →
 wrap up (flush completions, record inputs) → result. See docs/design/architecture.md ("The path
 of one run").
@@ -22,11 +23,19 @@ from curator_dask.backends.dask.head import run_head, run_head_on_cluster
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import LiveProgress, StageBars, notice, showing
 from curator_dask.backends.dask.result import RunResult
-from curator_dask.errors import ResourceUnavailableError, RunStopped, run_interrupted
-from curator_dask.lineage import is_empty_task
+from curator_dask.errors import (
+    ResourceUnavailableError,
+    RunStopped,
+    StageError,
+    run_interrupted,
+    stop_summary,
+    warn_partial_run,
+)
+from curator_dask.lineage import is_empty_task, source_id_of
 from curator_dask.models import is_nemo
 from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask
+from curator_dask.utils.files import NoInputFilesError
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +94,8 @@ class DaskRun:
             self.observer.plan_built(
                 plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict()),
                 executor.settings())
+            if self.plan.head_group is None:  # file discovery needs no cluster: first
+                self.run_head_on_driver()
             self.connect()
             outputs = self.steps()
         except (RunStopped, KeyboardInterrupt) as stop:
@@ -101,16 +112,13 @@ class DaskRun:
         check_resources(self.client, self.stages, self.plan,
                         getattr(self.executor.cluster, "worker_resources", None))
         self.open_checkpoint()
-        initial, self.initial = self.initial, []
-        if self.plan.head_group is None:
-            self.sources = run_head(self.stages, self.plan, initial, self.counts)
-        else:
+        if self.plan.head_group is not None:
+            initial, self.initial = self.initial, []
             self.sources = run_head_on_cluster(
                 self.client, self.stages, self.plan, initial, self.counts, run_id=self.run_id,
                 window=self.executor.max_in_flight, stop=self.stop,
                 register=register_stage_host)
-        self.live.head_done({i: self.counts[i] for i in self.plan.head})
-        self.mark("head")
+            self.head_done()
         self.select_sources()
         self.prepare_stage_checkpoints()
         outputs = self.stream() if self.plan.groups and self.todo else self.todo
@@ -119,23 +127,35 @@ class DaskRun:
         return outputs
 
     def ended(self, stop: BaseException) -> BaseException:
-        """The error a stopped or interrupted run ends with, counting what really completed:
-        the checkpoint's count (it includes chains that finished after the driver stopped
-        collecting) when there is one, else the sources the driver collected."""
-        summary = self.summary or {}
-        done = summary.get("completed_in_run", self.live.sources["completed"])
-        todo = self.n_todo
-        skipped = f" ({self.skipped} were already complete)" if self.skipped else ""
-        counted = f"{done} of {todo} source partitions completed{skipped}"
-        if self.options.checkpoint_path is None:
-            after = ("this run had no checkpoint, so running it again starts over (give it a "
-                     "checkpoint_path to make it resumable)")
-        else:
-            after = (f"completions are recorded in {self.options.checkpoint_path}; run it again "
-                     "with the same checkpoint to process the rest")
+        """The error a stopped or interrupted run ends with, counting what really completed
+        (the checkpoint's count when there is one) and what may have been written besides
+        (:func:`~curator_dask.errors.stop_summary`)."""
+        collected = self.live.sources["completed"]
+        counted = stop_summary(
+            done=(self.summary or {}).get("completed_in_run", collected), todo=self.n_todo,
+            skipped=self.skipped, collected=collected, cut=self.live.cut,
+            checkpoint=self.options.checkpoint_path)
         if isinstance(stop, KeyboardInterrupt):  # uncaught in a script: this line only
-            return run_interrupted(f"Interrupted (Ctrl+C): {counted}; {after}")
-        return RunStopped(f"{stop}: stopped after {counted}; {after}")
+            return run_interrupted(f"Interrupted (Ctrl+C): {counted}")
+        return RunStopped(f"{stop}: stopped after {counted}")
+
+    def run_head_on_driver(self) -> None:
+        """The head from ``EmptyTask`` (file discovery), on the driver, before the cluster
+        starts: nothing in it needs the cluster, so an input path that names no file ends the
+        run at once, as the ``NoInputFilesError`` itself (its message names the path and the
+        fix; the ``StageError`` around it would only add a traceback of this process)."""
+        initial, self.initial = self.initial, []
+        try:
+            self.sources = run_head(self.stages, self.plan, initial, self.counts)
+        except StageError as exc:
+            if isinstance(exc.__cause__, NoInputFilesError):
+                raise exc.__cause__ from None
+            raise
+        self.head_done()
+
+    def head_done(self) -> None:
+        self.live.head_done({i: self.counts[i] for i in self.plan.head})
+        self.mark("head")
 
     def connect(self) -> None:
         self.client = self.executor.start()
@@ -262,6 +282,14 @@ class DaskRun:
         failed = (self.summary or {}).get("failed_sources")
         return bool(failed) or any(c.failed for c in self.counts.values())
 
+    def failed_source_ids(self) -> tuple[str, ...]:
+        """The sources that saw a ``FailedTask``: every one the checkpoint's plugin heard of,
+        else those the driver collected, named by their source task (without a checkpoint
+        the stream knows them by task id; the source id is its last segment)."""
+        if self.summary is not None:
+            return tuple(self.summary.get("failed_sources") or ())
+        return tuple(sorted({source_id_of(i) for i in self.live.failed_ids}))
+
     def result(self, outputs: list[Any]) -> RunResult:
         summary = self.summary
         if summary and summary.get("errors"):
@@ -282,8 +310,16 @@ class DaskRun:
         result.timings = self.timings
         result.dashboard_link = self.executor.dashboard_link()
         result.num_outputs = self.counts[len(self.stages) - 1].tasks_out if self.stages else 0
-        logger.info("Finished %d sources in %.2f s: %d output tasks", self.n_todo,
-                    result.wall_time, result.num_outputs)
+        result.failed_sources = self.failed_source_ids()
+        result.num_failed_sources = len(result.failed_sources)
+        line = result.failures_line()
+        if line is None:
+            logger.info("Finished %d sources in %.2f s: %d output tasks", self.n_todo,
+                        result.wall_time, result.num_outputs)
+        else:  # and a warning, which a script or notebook shows with no logging set up
+            logger.info("Finished in %.2f s, %d output tasks: %s", result.wall_time,
+                        result.num_outputs, line)
+            warn_partial_run(line)
         return result
 
 

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from curator_dask import config as _config
-from curator_dask.backends.dask.adapter import source_files
+from curator_dask.backends.dask.adapter import failed_among, source_files
 from curator_dask.backends.dask.keys import task_key
 from curator_dask.backends.dask.worker import GroupResult, run_group
 from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
@@ -228,6 +228,8 @@ class SourceStream:
             self.run_.scheduler_lost = str(exc)  # nothing can be cancelled or flushed there
             raise
         except BaseException:
+            # Ctrl+C or a stage's error: running chains may still finish on the workers
+            self.run_.live.cut_short(sum(len(ids) for ids in self.in_flight.values()))
             self.client.cancel(list(self.in_flight), force=True)
             raise
         finally:
@@ -325,6 +327,7 @@ class SourceStream:
             return
         if self.keep_outputs:
             self.outputs.extend(result.tasks())
+        result.failed = failed_among(ids, result.failed)
         for i, c in result.counts.items():
             run.counts[i].merge(c)
         self.sizer.observe(len(ids), result.seconds)
@@ -355,6 +358,7 @@ class SourceStream:
         while self.in_flight and time.monotonic() < deadline and not self._ended:
             time.sleep(0.05)
         if self.in_flight and not self._ended and self.client.status == "running":
+            self.run_.live.cut_short(sum(len(ids) for ids in list(self.in_flight.values())))
             self.client.cancel(list(self.in_flight), force=True)
 
     def _cancel_unstarted(self) -> int:

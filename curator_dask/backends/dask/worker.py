@@ -61,7 +61,9 @@ class GroupResult:
     saved: dict[int, list] = field(default_factory=dict)  # stage -> [entries, bytes, seconds]
     loaded: dict[int, int] = field(default_factory=dict)  # stage -> entries
     notes: list[str] = field(default_factory=list)  # checkpoint fallbacks and save failures
-    failed: set[str] = field(default_factory=set)  # sources that saw a FailedTask
+    # sources that saw a FailedTask; without a checkpoint, the task ids of the inputs a
+    # FailedTask came from (the driver maps them to their sources)
+    failed: set[str] = field(default_factory=set)
     ended: dict[int, float] = field(default_factory=dict)  # stage -> wall clock at group end
 
     def tasks(self) -> list[Task]:
@@ -196,9 +198,11 @@ class StageHost(WorkerPlugin):
             else:
                 out.parked.append((next_group, batches))
         if ck is None:
-            out.batches, stage_counts = run_stages(adapters, active, deltas)
-            if deltas is not None:
-                out.failed.update(deltas.failed)
+            # Without a checkpoint no task has a source id: the inputs a FailedTask came from
+            # are collected instead, for the driver to name their sources.
+            parents: set[str] | None = None if deltas is not None else set()
+            out.batches, stage_counts = run_stages(adapters, active, deltas, parents)
+            out.failed.update(deltas.failed if deltas is not None else parents or ())
         else:
             out.batches, stage_counts = self._run_per_source(group_index, adapters, active,
                                                              deltas, out)

@@ -14,6 +14,7 @@ import fsspec
 from curator_dask.stages.base import CompositeStage, ProcessingStage
 from curator_dask.stages.file_partitioning import FilePartitioningStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
+from curator_dask.utils.storage_options import default_storage_options
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
     a ``ValueError`` (NeMo Curator's option). ``allow_no_files=True``: a path that names no
     file (missing, a glob matching nothing, a directory without such files) is skipped instead
     of raising ``NoInputFilesError``; see ``FilePartitioningStage``.
+
+    ``read_kwargs={"storage_options": {...}}``: fsspec options for remote ``file_paths``
+    (``s3://``, ``gs://``, ...). Without them a remote reader takes config
+    ``io.storage-options`` (``run --storage-option``) when it is made; see
+    docs/object-stores.md.
     """
 
     file_paths: str | list[str] = ""
@@ -92,6 +98,11 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
             raise NotImplementedError(msg)
         if self.read_kwargs is None:
             self.read_kwargs = {}
+        if isinstance(self.read_kwargs, dict) and self.read_kwargs.get("storage_options") is None:
+            # Resolved here, on the driver: the workers get the stage, not the driver's config.
+            default = default_storage_options(self.file_paths, None)
+            if default is not None:
+                self.read_kwargs = {**self.read_kwargs, "storage_options": default}
 
     def reader_stage(self) -> BaseReaderStage:
         raise NotImplementedError

@@ -19,6 +19,7 @@ from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
 from curator_dask.utils.atomic import remove_stale_temp_files, write_atomic
 from curator_dask.utils.files import is_remote_url
+from curator_dask.utils.storage_options import default_storage_options
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,11 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
     ``mode``: ``ignore`` (default: write into the directory, replacing same-named files),
     ``error`` (refuse an existing directory), ``overwrite`` (empty the directory when the
     pipeline starts; refused together with a ``checkpoint_path``).
+
+    ``write_kwargs={"storage_options": {...}}``: fsspec options for a remote ``path``
+    (``s3://``, ``gs://``, ...). Without them a remote writer takes config
+    ``io.storage-options`` (``run --storage-option``) when it is made; see
+    docs/object-stores.md.
     """
 
     path: str = ""
@@ -81,6 +87,11 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         if not self.path:
             msg = f"{type(self).__name__} needs an output path, e.g. path='./output'"
             raise ValueError(msg)
+        if isinstance(self.write_kwargs, dict) and self.write_kwargs.get("storage_options") is None:
+            # Resolved here, on the driver: the workers get the stage, not the driver's config.
+            default = default_storage_options(self.path, None)
+            if default is not None:
+                self.write_kwargs = {**self.write_kwargs, "storage_options": default}
         self.storage_options = dict(self.write_kwargs.get("storage_options") or {})
         self.fs, self._fs_path = fsspec.core.url_to_fs(self.path, **self.storage_options)
         self.mode = str(self.mode).strip().lower()
