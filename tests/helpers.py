@@ -128,14 +128,18 @@ def in_terminal(argv: Sequence[str], cwd: str | Path, *, timeout: float = 120,
     import struct
     import termios
 
+    size = struct.pack("HHHH", 40, 120, 0, 0)
     pid, fd = pty.fork()
     if pid == 0:  # the child: its own session and process group, on the terminal
         try:
+            # the size is set here too, before the exec: set only by the parent, a fast child
+            # could ask the terminal for its size first and get 0 x 0 (rich then uses 80)
+            fcntl.ioctl(1, termios.TIOCSWINSZ, size)
             os.chdir(cwd)
             os.execve(argv[0], list(argv), cli_env())
         finally:
             os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, size)
     out, called, deadline = bytearray(), False, time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not called and when is not None and when():

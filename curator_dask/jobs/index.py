@@ -44,10 +44,11 @@ def index_path() -> str:
 
     Example:
         >>> import os
+        >>> old = os.environ.get(ENV_VAR)
         >>> os.environ[ENV_VAR] = "/tmp/somewhere/jobs.json"
         >>> index_path()
         '/tmp/somewhere/jobs.json'
-        >>> del os.environ[ENV_VAR]
+        >>> _ = os.environ.pop(ENV_VAR) if old is None else os.environ.update({ENV_VAR: old})
     """
     explicit = os.environ.get(ENV_VAR)
     if explicit:

@@ -61,6 +61,7 @@ class JobRun(RunObserver):
 
     Example:
         >>> import tempfile
+        >>> old = os.environ.get("CURATOR_DASK_JOB_INDEX")
         >>> os.environ["CURATOR_DASK_JOB_INDEX"] = os.path.join(tempfile.mkdtemp(), "jobs.json")
         >>> from curator_dask.stages.base import ProcessingStage
         >>> class Source(ProcessingStage):
@@ -71,6 +72,8 @@ class JobRun(RunObserver):
         >>> from curator_dask.jobs.summary import read_summary
         >>> read_summary(job.directory.file(SUMMARY_FILE))["state"]
         'completed'
+        >>> _ = (os.environ.pop("CURATOR_DASK_JOB_INDEX") if old is None
+        ...      else os.environ.update({"CURATOR_DASK_JOB_INDEX": old}))
     """
 
     def __init__(
