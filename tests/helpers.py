@@ -136,7 +136,8 @@ def in_terminal(argv: Sequence[str], cwd: str | Path, *, timeout: float = 120,
             # could ask the terminal for its size first and get 0 x 0 (rich then uses 80)
             fcntl.ioctl(1, termios.TIOCSWINSZ, size)
             os.chdir(cwd)
-            os.execve(argv[0], list(argv), cli_env())
+            # rich reads COLUMNS before the terminal (CI=true machines leave it unset)
+            os.execve(argv[0], list(argv), {**cli_env(), "COLUMNS": "120", "LINES": "40"})
         finally:
             os._exit(127)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, size)
