@@ -46,9 +46,8 @@ def resume_completes(tmp_path, job_id: str) -> str:
 @pytest.mark.slow
 def test_stop_of_a_killed_driver_says_so_and_the_resume_completes(tmp_path):
     kill_running_job(tmp_path, "killed")
-    started = time.monotonic()
+    # no wait for a driver that is gone: the subprocess's own timeout bounds it, not a clock
     stop = cli("stop", "killed", "--timeout", "3", cwd=tmp_path, timeout=60)
-    assert time.monotonic() - started < 30
     assert stop.returncode == 1, stop.stdout + stop.stderr
     assert "driver gone" in stop.stderr and "--resume killed" in stop.stderr, stop.stderr
     # no request is left that nobody reads (and that the next attempt would obey)
