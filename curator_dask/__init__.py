@@ -31,6 +31,7 @@ _EXPORTS = {
     "Task": "curator_dask.tasks",
     "DocumentBatch": "curator_dask.tasks",
     "FileGroupTask": "curator_dask.tasks",
+    "RowRangeTask": "curator_dask.tasks",
     "EmptyTask": "curator_dask.tasks",
     "NoneTask": "curator_dask.tasks",
     "FailedTask": "curator_dask.tasks",
@@ -38,6 +39,8 @@ _EXPORTS = {
     "RunResult": "curator_dask.backends.dask",
     "StageError": "curator_dask.errors",
     "ResourceUnavailableError": "curator_dask.errors",
+    "PartitionRecordError": "curator_dask.errors",
+    "PartitionContentChangedError": "curator_dask.errors",
 }
 
 __all__ = [
@@ -54,10 +57,13 @@ __all__ = [
     "NoneTask",
     "ParquetReader",
     "ParquetWriter",
+    "PartitionContentChangedError",
+    "PartitionRecordError",
     "Pipeline",
     "ProcessingStage",
     "ResourceUnavailableError",
     "Resources",
+    "RowRangeTask",
     "RunResult",
     "StageError",
     "Task",
@@ -85,7 +91,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from curator_dask.backends.dask import DaskExecutor, RunResult
-    from curator_dask.errors import ResourceUnavailableError, StageError
+    from curator_dask.errors import (
+        PartitionContentChangedError,
+        PartitionRecordError,
+        ResourceUnavailableError,
+        StageError,
+    )
     from curator_dask.pipeline import Pipeline
     from curator_dask.stages.base import CompositeStage, NodeInfo, ProcessingStage, WorkerMetadata
     from curator_dask.stages.file_partitioning import FilePartitioningStage
@@ -98,5 +109,6 @@ if TYPE_CHECKING:
         FailedTask,
         FileGroupTask,
         NoneTask,
+        RowRangeTask,
         Task,
     )

@@ -253,3 +253,17 @@ class OverwriteWithCheckpointError(ValueError):
     outputs would never be written again. Raised before anything runs, alike for curator_dask's
     writers (``prepare_output``) and NeMo Curator's (``curator_dask/nemo/checks.py``); exit
     status 2 on the command line."""
+
+
+class PartitionRecordError(ValueError):
+    """The checkpoint's partition record (``.curator_dask/partitioning_info.json``, row-range
+    partitions) cannot be used: missing on a resume of a checkpoint that has completions,
+    unreadable, of an older version without boundaries, with illegal boundaries, or made with
+    other ``partition=`` parameters. Raised before anything is processed; nothing is deleted;
+    exit status 2 on the command line (``curator_dask/partitions/resume.py``)."""
+
+
+class PartitionContentChangedError(PartitionRecordError):
+    """The input of a recorded row-range partition changed since the checkpoint recorded it
+    (a file gone, another size, or another content hash): names each partition, its file and
+    its boundaries. Raised before any completed partition is skipped; nothing is deleted."""

@@ -30,6 +30,19 @@ def get_deterministic_hash(inputs: Iterable[str], seed: str = "") -> str:
     return hashlib.sha256(combined.encode()).hexdigest()[:12]
 
 
+def row_range_id(pieces: Iterable[tuple[str, int, int]]) -> str:
+    """The id of a row-range partition: :func:`get_deterministic_hash` of its pieces, each
+    ``"<path>#rows=<start>-<end>"`` (start row included, end excluded; docs/design/contract.md
+    §2.6). Files outside the partition play no part, so adding or removing other files leaves
+    it unchanged; 12 hex characters, no ``_``.
+
+    Example:
+        >>> row_range_id([("/data/in/a.jsonl", 0, 5000)])
+        '2318ff57c281'
+    """
+    return get_deterministic_hash(f"{path}#rows={start}-{end}" for path, start, end in pieces)
+
+
 def child_task_id(parent_task_id: str, suffix: str | int) -> str:
     """``"<parent>_<suffix>"``, or ``str(suffix)`` when the parent id is empty.
 

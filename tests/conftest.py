@@ -29,6 +29,25 @@ def job_index(tmp_path_factory):
         os.environ[ENV_VAR] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_performance_reports():
+    """Jobs the tests run save no Dask performance report (``jobs.performance-report``): it
+    costs each job about 2 s of CPU (bokeh renders the whole task stream), most of the suite's
+    job overhead. Set here and for the subprocesses; the tests of the report turn it back on
+    (tests/jobs/test_report_and_status.py, tests/backends/test_performance_report.py)."""
+    import dask
+
+    key, var = "curator-dask.jobs.performance-report", "DASK_CURATOR_DASK__JOBS__PERFORMANCE_REPORT"
+    old = os.environ.get(var)
+    os.environ[var] = "False"
+    with dask.config.set({key: False}):
+        yield
+    if old is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = old
+
+
 @pytest.fixture
 def jsonl_input(tmp_path):
     """Six JSONL files of 5 documents each (about 10 % shorter than 50 characters)."""

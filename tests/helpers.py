@@ -8,13 +8,15 @@ the project's own local one lives in ``tests/slurm/local_slurm.py``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -228,3 +230,25 @@ def docs_tool(name: str) -> ModuleType:
     """A module of tools/docs (``snippets``, ``gen_cli_reference``, ...), imported from its
     file under the name ``tools_docs_<name>``."""
     return import_path(REPO_ROOT / "tools" / "docs" / f"{name}.py", f"tools_docs_{name}")
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str, key: str = "testing", secret: str = "testing"
+            ) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A real S3-compatible server (moto's, in a thread on 127.0.0.1) with ``bucket`` made:
+    yields ``(s3fs filesystem, storage options)``; skips the test without moto or s3fs."""
+    s3fs = pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = {"key": key, "secret": secret,
+                   "client_kwargs": {"endpoint_url": f"http://{host}:{port}",
+                                     "region_name": "us-west-2"}}
+        fs = s3fs.S3FileSystem(**options)
+        fs.mkdir(bucket)
+        yield fs, options
+    finally:
+        server.stop()

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from curator_dask.tasks import Task
 
 __all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunObserver", "RunOptions",
-           "WorkerMetadata"]
+           "WorkerMetadata", "check_max_concurrent_partitions"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,9 @@ class RunOptions:
         performance_report: where to save Dask's performance report of the run, if anywhere.
         failed_task_dir: where to leave NeMo Curator's empty ``failed_tasks.json`` marker
             when a task failed (NeMo's own ``Pipeline.run`` reads it there afterwards).
+        max_concurrent_partitions: ``"auto"`` (the executor's in-flight window of chains,
+            each over a chunk of sources) or the most source partitions in flight at once
+            (chunks are cut to fit); see :func:`check_max_concurrent_partitions`.
 
     Example:
         >>> RunOptions().requested()
@@ -59,8 +62,10 @@ class RunOptions:
     slurm_array: SlurmArrayConfig | None = None
     performance_report: str | None = None
     failed_task_dir: str | None = None
+    max_concurrent_partitions: int | str = "auto"
 
     def __post_init__(self) -> None:
+        check_max_concurrent_partitions(self.max_concurrent_partitions)
         if self.stage_checkpoints is None:
             from curator_dask.resumability.stage_checkpoints import StageCheckpoints
 
@@ -78,6 +83,7 @@ class RunOptions:
         on_input_change: str | None = None,
         slurm_array: Any = None,
         performance_report: str | None = None,
+        max_concurrent_partitions: int | str | None = None,
         job: bool = False,
     ) -> RunOptions:
         """Resolve config defaults and check every value against the built ``stages``.
@@ -111,19 +117,22 @@ class RunOptions:
                       checkpoint_storage_options=checkpoint_storage_options,
                       stage_checkpoints=ckpt, verify_inputs=verify_inputs,
                       on_input_change=on_input_change, slurm_array=slurm_array or None,
-                      performance_report=performance_report)
+                      performance_report=performance_report,
+                      max_concurrent_partitions=partition_cap(max_concurrent_partitions))
         return options if job else options.checked(stages)
 
     @classmethod
     def plain(cls, checkpoint_path: str | None = None) -> RunOptions:
         """NeMo Curator's call, ``execute(stages, initial_tasks)``: the array shard and the
         failed-task folder come from this (driver) process's environment, as NeMo's own
-        adapters read them; a checkpoint only through NeMo's ``Pipeline.run`` hook."""
+        adapters read them; a checkpoint only through NeMo's ``Pipeline.run`` hook; the cap
+        on partitions in flight from config ``execution.max-concurrent-partitions``."""
         from curator_dask.slurm.array import SlurmArrayConfig
         from curator_dask.slurm.failed_tasks import FAILED_TASKS_DIR_ENV_VAR
 
         return cls(checkpoint_path=checkpoint_path, slurm_array=SlurmArrayConfig.from_env(),
-                   failed_task_dir=os.environ.get(FAILED_TASKS_DIR_ENV_VAR) or None)
+                   failed_task_dir=os.environ.get(FAILED_TASKS_DIR_ENV_VAR) or None,
+                   max_concurrent_partitions=partition_cap(None))
 
     def for_job(self, stages: Sequence[Any], checkpoint_path: str,
                 performance_report: str | None) -> RunOptions:
@@ -160,8 +169,11 @@ class RunOptions:
             default_storage_options(url, self.checkpoint_storage_options)))
 
     def fingerprint_settings(self) -> dict[str, Any]:
-        """The settings a job's strict resume compares (besides stages and checkpoint)."""
-        return {"stage_checkpoints": self.stage_checkpoints.to_dict(),
+        """The settings a job's strict resume compares (besides stages and checkpoint).
+
+        Not ``max_concurrent_partitions``: how many partitions run at once changes no output,
+        so a job may resume with another value (on a larger allocation, say)."""
+        return {"stage_checkpoints": self.stage_checkpoints.fingerprint(),
                 "verify_inputs": self.verify_inputs, "on_input_change": self.on_input_change}
 
     def requested(self) -> list[str]:
@@ -170,6 +182,40 @@ class RunOptions:
         ignored = ("performance_report", "failed_task_dir")
         return [f.name for f in dataclasses.fields(self)
                 if f.name not in ignored and getattr(self, f.name) != getattr(plain, f.name)]
+
+
+def check_max_concurrent_partitions(value: Any, given: str = "max_concurrent_partitions"
+                                    ) -> int | str:
+    """``value`` if it is ``"auto"`` or a whole number of at least 1, else a ``ValueError``
+    naming the valid values (``given``: what the user wrote, e.g. the CLI option).
+
+    Example:
+        >>> check_max_concurrent_partitions("auto"), check_max_concurrent_partitions(4)
+        ('auto', 4)
+        >>> check_max_concurrent_partitions(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_concurrent_partitions must be "auto" or a whole number of at least 1 \
+(the most source partitions in flight at once), got 0
+    """
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                           and value >= 1):
+        return value
+    msg = (f'{given} must be "auto" or a whole number of at least 1 (the most source '
+           f"partitions in flight at once), got {value!r}")
+    raise ValueError(msg)
+
+
+def partition_cap(value: Any = None) -> int | str:
+    """``value`` checked, or for ``None`` config ``execution.max-concurrent-partitions``
+    (an error then names the config key)."""
+    if value is not None:
+        return check_max_concurrent_partitions(value)
+    from curator_dask import config
+
+    return check_max_concurrent_partitions(
+        config.get("execution.max-concurrent-partitions"),
+        given="config curator-dask.execution.max-concurrent-partitions")
 
 
 @runtime_checkable

@@ -23,18 +23,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "in the per-user job index (every job is recorded there when it starts, so "
                     "this works from any directory), each with its work dir; --all lists every "
                     "job of the index. With JOB: its state and per-stage counts; JOB is looked "
-                    "up in the work dir, then in the index. The index is "
-                    "$CURATOR_DASK_JOB_INDEX, default $XDG_STATE_HOME/curator_dask/jobs.json "
-                    "(~/.local/state/...).")
-    status.add_argument("job", nargs="?", metavar="JOB", help="a job id (resume token)")
+                    "up in the work dir, then in the index (or give the job's folder). The "
+                    "index is $CURATOR_DASK_JOB_INDEX, default "
+                    "$XDG_STATE_HOME/curator_dask/jobs.json (~/.local/state/...).")
+    status.add_argument("job", nargs="?", metavar="JOB",
+                        help="a job id (resume token) or a job's folder")
     add_work_dir(status)
     status.add_argument("--all", action="store_true", dest="all_jobs",
                         help="without JOB: every job of the job index, not only the work "
                              "dir's and the running ones")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", action="store_true",
-                        help="refresh every 2 s: with JOB until the job is no longer running, "
-                             "without JOB (the jobs table) until Ctrl+C")
+                        help="redraw every --interval seconds: with JOB until the job is no "
+                             "longer running (or Ctrl+C), without JOB (the jobs table) until "
+                             "Ctrl+C")
+    status.add_argument("--interval", type=float, metavar="S",
+                        help="seconds between redraws (default 2); implies --watch")
+    status.add_argument("--detailed", action="store_true",
+                        help="with JOB: also per stage (its first Dask task, Dask tasks, "
+                             "whether it raised, stage checkpoints) and per partition (each "
+                             "Dask task of sources: state, sources done and failed, when it "
+                             "was submitted and ended), from the event log")
     add_hidden_verbose(status)
     status.set_defaults(func=cmd_status)
 
@@ -44,9 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "driver notices it within half a second, starts no new sources, lets "
                     "running ones finish (config execution.drain-timeout), flushes completions "
                     "and ends in state 'stopped'. Waits up to --timeout for that. JOB is looked "
-                    "up in the work dir, then in the per-user job index.")
-    stop.add_argument("job", metavar="JOB", help="the job id")
+                    "up in the work dir, then in the per-user job index (or give the job's "
+                    "folder). --list (without JOB) lists the running jobs instead.")
+    stop.add_argument("job", nargs="?", metavar="JOB", help="the job id, or the job's folder")
     add_work_dir(stop)
+    stop.add_argument("--list", action="store_true", dest="list_jobs",
+                      help="list the running jobs (of the job index and the work dir, whose "
+                           "driver is alive), one per line: id, pid and host, start, sources "
+                           "done, folder; stops nothing")
     stop.add_argument("--force", action="store_true",
                       help="if the job still runs after 5 s (or --timeout, if shorter), cancel "
                            "the run's Dask tasks on its scheduler and wait up to --timeout; if "
@@ -145,44 +159,65 @@ def check_job_ids(work_dir: str, job_id: str | None, resume: str | None) -> None
 
 
 def resolve_job(work_dir: str, job: str) -> str:
-    """The folder of job ``job``: ``<work_dir>/<job>``, else the per-user job index's; a
-    :class:`UsageError` says where it looked when there is none, and lists the folders when the
-    index has several jobs of that id."""
+    """The folder of job ``job`` (an id or a job's folder): ``<work_dir>/<job>``, else the
+    per-user job index's; a :class:`UsageError` says where it looked when there is none, and
+    lists the folders when the index has several jobs of that id."""
     import os
 
-    from curator_dask.jobs.index import find_job, index_path
+    from curator_dask.jobs.index import AmbiguousJobError, JobNotFoundError, locate_job
 
-    found = find_job(job, work_dir)
-    if not found:
-        raise UsageError(f"no job {job!r} in {os.path.abspath(work_dir)} or in the job index "
-                         f"{index_path()} (give --work-dir where the job ran)")
-    if len(found) > 1:
-        raise UsageError(f"job {job!r} is in several folders: {', '.join(found)}; give "
-                         "--work-dir (the folder above the job's)")
-    return found[0]
+    try:
+        return locate_job(job, work_dir)
+    except JobNotFoundError as exc:
+        if os.sep in job or job.startswith("."):  # a folder that is no job's
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"no job {job!r} in {exc.work_dir} or in the job index {exc.index} "
+                         "(give --work-dir where the job ran)") from None
+    except AmbiguousJobError as exc:
+        raise UsageError(f"job {job!r} is in several folders: {', '.join(exc.folders)}; give "
+                         "--work-dir (the folder above the job's)") from None
+
+
+def _interval(args: argparse.Namespace) -> float:
+    """Seconds between ``--watch`` redraws: ``--interval`` (which implies ``--watch``) or 2."""
+    if args.interval is None:
+        return 2.0
+    if not args.interval > 0:  # also NaN
+        raise UsageError(f"--interval {args.interval:g}: give a number of seconds above 0 "
+                         "(e.g. --interval 10)")
+    args.watch = True
+    return args.interval
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Without a job: the table of jobs (``--watch``: until Ctrl+C). With one: its state and
-    stages (``--watch``: live until it ends)."""
+    stages (``--watch``: live until it ends, or Ctrl+C; ``--detailed``: with the event log's
+    per-stage and per-partition detail)."""
     from curator_dask import config
 
     work_dir = args.work_dir or config.get("jobs.work-dir")
+    interval = _interval(args)
     if args.job is None:
+        if args.detailed:
+            raise UsageError("--detailed shows one job: give JOB (the jobs table has no detail)")
         try:
             return _status_all(work_dir, all_jobs=args.all_jobs, as_json=args.json,
-                               watch=args.watch)
+                               watch=args.watch, interval=interval)
         except KeyboardInterrupt:  # the way out of --watch
             return EXIT_OK
     if args.all_jobs:
         raise UsageError("--all lists jobs: give it without JOB")
-    return _status_one(resolve_job(work_dir, args.job), args.job, as_json=args.json,
-                       watch=args.watch)
+    try:
+        return _status_one(resolve_job(work_dir, args.job), args.job, as_json=args.json,
+                           watch=args.watch, interval=interval, detailed=args.detailed)
+    except KeyboardInterrupt:  # leaving --watch before the job ends
+        return EXIT_OK
 
 
-def _status_all(work_dir: str, *, all_jobs: bool, as_json: bool, watch: bool) -> int:
-    """The jobs table (or JSON) once, or with ``watch`` every 2 s until Ctrl+C: in place on a
-    terminal; piped, one timestamped table (or one JSON line) per refresh."""
+def _status_all(work_dir: str, *, all_jobs: bool, as_json: bool, watch: bool,
+                interval: float) -> int:
+    """The jobs table (or JSON) once, or with ``watch`` every ``interval`` s until Ctrl+C: in
+    place on a terminal; piped, one timestamped table (or one JSON line) per refresh."""
     import json
     import time
 
@@ -205,7 +240,7 @@ def _status_all(work_dir: str, *, all_jobs: bool, as_json: bool, watch: bool) ->
     if watch and not as_json and console.is_terminal:
         with Live(shown(), console=console, refresh_per_second=2) as live:
             while True:
-                time.sleep(2)
+                time.sleep(interval)
                 live.update(shown())
     while True:
         listing = shown()
@@ -218,10 +253,11 @@ def _status_all(work_dir: str, *, all_jobs: bool, as_json: bool, watch: bool) ->
             sys.stdout.flush()
         if not watch:
             return EXIT_OK
-        time.sleep(2)
+        time.sleep(interval)
 
 
-def _status_one(job_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
+def _status_one(job_dir: str, job: str, *, as_json: bool, watch: bool, interval: float,
+                detailed: bool) -> int:
     import json
     import time
 
@@ -233,6 +269,13 @@ def _status_one(job_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
             raise UsageError(f"job {job!r} in {job_dir} has no summary (yet)")
         return summary
 
+    def with_detail(summary: dict) -> dict | None:
+        if not detailed:
+            return None
+        from curator_dask.jobs.monitor import progress_data
+
+        return progress_data(job_dir, detailed=True)
+
     summary = load()
     if as_json:
         # --watch --json: one JSON document per line until the job ends.
@@ -240,74 +283,82 @@ def _status_one(job_dir: str, job: str, *, as_json: bool, watch: bool) -> int:
 
         while True:
             summary["rates"] = rates(summary)
+            data = with_detail(summary)
+            if data is not None:  # the stage rows with their detail; partitions; attempts
+                summary.update({k: data[k] for k in ("stages", "partitions",
+                                                     "partitions_unlisted", "attempts")})
             print(json.dumps(summary, indent=None if watch else 2), flush=True)
             if not watch or summary["state"] != "running":
                 return EXIT_OK
-            time.sleep(2)
+            time.sleep(interval)
             summary = load()
     from rich.console import Console
     from rich.live import Live
 
-    from curator_dask.jobs.view import render
+    from curator_dask.jobs.monitor import renderable
 
     console = Console(width=None if sys.stdout.isatty() else 160)  # piped: no truncation
     if not watch:
-        console.print(render(summary))
+        console.print(renderable(summary, with_detail(summary)))
         return EXIT_OK
-    with Live(render(summary), console=console, refresh_per_second=2) as live:
+    with Live(renderable(summary, with_detail(summary)), console=console,
+              refresh_per_second=2) as live:
         while summary["state"] == "running":
-            time.sleep(2)
+            time.sleep(interval)
             summary = load()
-            live.update(render(summary))
+            live.update(renderable(summary, with_detail(summary)))
     return EXIT_OK
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    import os
-    import signal
-
     from curator_dask import config
-    from curator_dask.jobs.control import (
-        StopError,
-        cancel_run_tasks,
-        request_stop,
-        signal_driver,
-        wait_for_state,
-    )
-    from curator_dask.jobs.summary import SUMMARY_FILE, read_summary
 
-    job_dir = resolve_job(args.work_dir or config.get("jobs.work-dir"), args.job)
-    summary = read_summary(os.path.join(job_dir, SUMMARY_FILE))
-    if summary is None:
-        raise UsageError(f"job {args.job!r} in {job_dir} has no summary (yet)")
-    if summary.get("state") != "running":
-        print(f"job {args.job} is not running (state: {summary.get('state')})")
+    work_dir = args.work_dir or config.get("jobs.work-dir")
+    if args.list_jobs:
+        if args.job is not None:
+            raise UsageError(f"--list lists the running jobs: give it without JOB ({args.job!r})"
+                             f", or `{PROG} stop {args.job}` to stop that job")
+        return _list_running(work_dir)
+    if args.job is None:
+        raise UsageError("give the JOB to stop, or --list to list the running jobs")
+    from curator_dask.jobs.control import stop_job_dir
+
+    def say(text: str, error: bool) -> None:
+        if error:
+            print(f"{PROG} stop: {text}", file=sys.stderr)
+        else:
+            print(text)
+
+    try:
+        outcome = stop_job_dir(resolve_job(work_dir, args.job), force=args.force,
+                               timeout=args.timeout, say=say)
+    except FileNotFoundError as exc:  # no summary yet
+        raise UsageError(str(exc)) from None
+    if outcome.error is not None:  # a forced stop could not signal the driver
+        return EXIT_FAILED
+    if outcome.was_running:
+        print(f"job {outcome.job_id}: {outcome.state}")
+    return EXIT_OK if outcome.state != "running" else EXIT_FAILED
+
+
+def _list_running(work_dir: str) -> int:
+    """``stop --list``: one line per running job; a line saying where it looked when none."""
+    import os
+
+    from curator_dask.jobs.api import list_running_jobs
+    from curator_dask.jobs.index import index_path
+
+    jobs = list_running_jobs(work_dir=work_dir)
+    if not jobs:
+        print(f"no running jobs in the job index {index_path()} or in "
+              f"{os.path.abspath(work_dir)}")
         return EXIT_OK
-    request_stop(job_dir)
-    state = wait_for_state(job_dir, args.timeout if not args.force else min(args.timeout, 5))
-    if state == "running" and args.force:
-        try:
-            n = cancel_run_tasks(read_summary(os.path.join(job_dir, SUMMARY_FILE)) or {},
-                                 timeout=max(1.0, min(args.timeout, 10.0)))
-            print(f"cancelled {n} Dask tasks of the run on its scheduler")
-            state = wait_for_state(job_dir, args.timeout)
-        except StopError as exc:
-            print(f"{PROG} stop: could not cancel through the scheduler: {exc}",
-                  file=sys.stderr)
-    if state == "running" and args.force:
-        try:
-            pid = signal_driver(job_dir, signal.SIGTERM)
-            print(f"sent SIGTERM to driver {pid}")
-            state = wait_for_state(job_dir, args.timeout)
-            if state == "running":
-                signal_driver(job_dir, signal.SIGKILL)
-                print(f"sent SIGKILL to driver {pid}")
-                state = "killed"
-        except StopError as exc:
-            print(f"{PROG} stop: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    print(f"job {args.job}: {state}")
-    return EXIT_OK if state != "running" else EXIT_FAILED
+    for job in jobs:
+        src = job.get("sources") or {}
+        done = int(src.get("skipped") or 0) + int(src.get("completed") or 0)
+        print(f"{job['job_id']}  pid {job['pid']} on {job['host']}  started {job['started']}  "
+              f"{done}/{src.get('total', '?')} sources done  {job['job_dir']}")
+    return EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -38,11 +38,18 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+from curator_dask.cli.recipe import (
+    SECTIONS,
+    RecipeOptions,
+    check_checkpoints,
+    partition_target,
+    recipe_options,
+)
 from curator_dask.cli.targets import PipelineDefinitionError, TargetRule, resolve_path_arguments
 from curator_dask.models import NEMO_PACKAGE, is_nemo, is_stage_class
 from curator_dask.pipeline import Pipeline
 
-_TOP_KEYS = {"name", "description", "stages", "config"}
+_TOP_KEYS = {"name", "description", "stages", "config", *SECTIONS}
 
 
 def nemo_installed() -> bool:
@@ -123,7 +130,8 @@ def pipeline_from_mapping(spec: Any, source: str = "pipeline", rule: TargetRule 
     """Build a curator_dask ``Pipeline`` from a parsed YAML mapping (stages of either model);
     ``rule`` says where nested targets may come from (default: ``TargetRule.resolve()``),
     ``base`` the folder that relative path arguments are taken from (``None``: as written;
-    :func:`~curator_dask.cli.targets.resolve_path_arguments`).
+    :func:`~curator_dask.cli.targets.resolve_path_arguments`). A recipe's ``partition:``
+    reaches the source reader; its run options are :func:`recipe_from_mapping`'s.
 
     Example:
         >>> spec = {"name": "p", "stages": [
@@ -135,11 +143,19 @@ def pipeline_from_mapping(spec: Any, source: str = "pipeline", rule: TargetRule 
         ...     print(exc)
         p.yaml: stages[1]._target_: os.system is not a ProcessingStage class
     """
+    return recipe_from_mapping(spec, source, rule, base)[0]
+
+
+def recipe_from_mapping(spec: Any, source: str = "pipeline", rule: TargetRule | None = None,
+                        base: str | None = None) -> tuple[Pipeline, RecipeOptions]:
+    """As :func:`pipeline_from_mapping`, plus the run options of the file's Data-Juicer
+    recipe sections (``partition:``, ``checkpoint:``, ``intermediate_storage:``,
+    ``executor_type:``; :mod:`curator_dask.cli.recipe`), all checked before anything runs."""
     if not isinstance(spec, dict):
         raise PipelineDefinitionError(
             f"{source}: expected a mapping with a 'stages' list, got {type(spec).__name__}"
         )
-    unknown = sorted(set(spec) - _TOP_KEYS)
+    unknown = sorted(set(spec) - _TOP_KEYS, key=str)
     if unknown:
         raise PipelineDefinitionError(
             f"{source}: unknown key(s) {unknown}; allowed: {sorted(_TOP_KEYS)}"
@@ -148,19 +164,37 @@ def pipeline_from_mapping(spec: Any, source: str = "pipeline", rule: TargetRule 
     rule = TargetRule.resolve() if rule is None else rule
     if not isinstance(stages, list) or not stages:
         raise PipelineDefinitionError(f"{source}: 'stages' must be a non-empty list")
-    pipeline = Pipeline(name=str(spec.get("name", "pipeline")),
-                        description=spec.get("description"), config=spec.get("config"))
+    options = recipe_options(spec, source)
+    built = []
     for i, entry in enumerate(stages):
         where = f"{source}: stages[{i}]"
         if not isinstance(entry, dict) or "_target_" not in entry:
             raise PipelineDefinitionError(
                 f"{where}: expected a mapping with '_target_: package.module.StageClass'"
             )
-        pipeline.add_stage(_build(entry, where, rule, base, stage=True))
-    return pipeline
+        built.append(_build(entry, where, rule, base, stage=True))
+    if options.partition is not None:
+        # Which entry holds the source is known once the stages are built; that one is made
+        # again with partition=, so the reader's own checks see it as if written there.
+        i = partition_target(built, source)
+        if "partition" in stages[i]:
+            raise PipelineDefinitionError(
+                f"{source}: stages[{i}].partition and the partition: section both set the "
+                "source's partitions; keep one of them")
+        built[i] = _build({**stages[i], "partition": options.partition},
+                          f"{source}: stages[{i}] (with the partition: section)", rule, base,
+                          stage=True)
+    pipeline = Pipeline(name=str(spec.get("name", "pipeline")),
+                        description=spec.get("description"), config=spec.get("config"),
+                        stages=built)
+    if options.stage_checkpoints:
+        roles = Pipeline(stages=list(built))  # the run's own build, for the stages' names
+        roles.build()
+        check_checkpoints(options, roles.stages, source)
+    return pipeline, options
 
 
-def _load_yaml(path: str, allowed: Iterable[str]) -> Pipeline:
+def _load_yaml(path: str, allowed: Iterable[str]) -> tuple[Pipeline, RecipeOptions]:
     import yaml
 
     try:
@@ -177,9 +211,9 @@ def _load_yaml(path: str, allowed: Iterable[str]) -> Pipeline:
     # the file imports from any directory), and the modules built from it shipped by value.
     folder = _first_on_path(path)
     before = set(sys.modules)
-    pipeline = pipeline_from_mapping(spec, path, TargetRule.resolve(allowed, folder), folder)
+    loaded = recipe_from_mapping(spec, path, TargetRule.resolve(allowed, folder), folder)
     ship_by_value(list(set(sys.modules) - before), folder)
-    return pipeline
+    return loaded
 
 
 def _first_on_path(path: str) -> str:
@@ -303,8 +337,20 @@ def _import_module(reference: str, target: str) -> Any:
 def load_pipeline(reference: str, allowed_modules: Iterable[str] = ()) -> Pipeline:
     """A ``Pipeline`` from ``pipeline.yaml``, ``file.py:function`` or ``module:function``; a
     YAML file's nested targets may also be classes of ``allowed_modules`` (:class:`TargetRule`)."""
+    return load_recipe(reference, allowed_modules)[0]
+
+
+def load_recipe(reference: str, allowed_modules: Iterable[str] = ()
+                ) -> tuple[Pipeline, RecipeOptions]:
+    """As :func:`load_pipeline`, plus the run options of a YAML file's recipe sections
+    (:class:`~curator_dask.cli.recipe.RecipeOptions`; none for a Python reference)."""
     if reference.endswith((".yaml", ".yml")):
         return _load_yaml(reference, allowed_modules)
+    return _load_function(reference), RecipeOptions()
+
+
+def _load_function(reference: str) -> Pipeline:
+    """The ``Pipeline`` that ``file.py:function`` or ``module:function`` returns."""
     target, sep, func_name = reference.rpartition(":")
     if not sep or not target or not func_name:
         raise PipelineDefinitionError(

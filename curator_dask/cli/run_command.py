@@ -26,9 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Run a pipeline on an embedded LocalCluster (default) or a running scheduler. "
             "PIPELINE is a YAML file (stages by import path, `_target_` plus keyword "
             "arguments; the relative file_paths of its readers and path of its writers are "
-            "taken from the file's folder, which also goes first on sys.path) or "
-            "`file.py:function` / `module:function` returning a Pipeline. Paths given as "
-            "options are the current directory's."
+            "taken from the file's folder, which also goes first on sys.path; Data-Juicer's "
+            "partition:, checkpoint: and intermediate_storage: sections are applied, under "
+            "these options: docs/recipes.md) or `file.py:function` / `module:function` "
+            "returning a Pipeline. Paths given as options are the current directory's."
         ),
     )
     run.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
@@ -65,11 +66,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="every_n_stages: checkpoint after every N-th stage")
     run.add_argument("--checkpoint-stages", metavar="NAMES",
                      help="manual: comma-separated stage names to checkpoint after")
-    run.add_argument("--checkpoint-format", choices=["arrow", "parquet"],
-                     help="stage checkpoint file format (default: arrow)")
+    run.add_argument("--checkpoint-format", choices=["arrow", "parquet", "jsonl"],
+                     help="stage checkpoint file format (default: config "
+                          "stage-checkpoints.format, arrow)")
+    run.add_argument("--checkpoint-compression",
+                     choices=["none", "snappy", "gzip", "lz4", "zstd"],
+                     help="stage checkpoint compression, one the format supports: arrow: none "
+                          "(default), lz4, zstd; parquet: snappy (default), gzip, zstd, none; "
+                          "jsonl: none (default), gzip")
     run.add_argument("--checkpoint-retention",
-                     choices=["cleanup_on_complete", "keep_all", "keep_failed_only"],
-                     help="when stage checkpoints are deleted (default: cleanup_on_complete)")
+                     choices=["cleanup_on_complete", "keep_all", "keep_failed_only",
+                              "cleanup_all"],
+                     help="when stage checkpoints are deleted (default: cleanup_on_complete; "
+                          "cleanup_all: also every remaining one of the run's sources when the "
+                          "run ends, however it ends)")
+    run.add_argument("--max-concurrent-partitions", metavar="N|auto",
+                     help="the most source partitions in flight at once (chunks of tiny "
+                          "sources are cut to fit); auto: as many as the in-flight window of "
+                          "2 x worker threads chains carries (default: config "
+                          "execution.max-concurrent-partitions, auto)")
     run.add_argument("--no-job", action="store_true",
                      help="run without a job folder (no event log, summary or resume token)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -134,8 +149,10 @@ def _print_summary(result, retry: str | None = None) -> None:
         print(line)
 
 
-def checkpoint_kwargs(args: argparse.Namespace) -> dict:
-    """Stage checkpoint and input verification options for Pipeline.run."""
+def checkpoint_kwargs(args: argparse.Namespace, recipe: dict | None = None) -> dict:
+    """Stage checkpoint and input verification options for Pipeline.run; ``recipe``: the
+    ``StageCheckpoints`` fields a pipeline file's recipe sets, over the configuration's and
+    under the options'."""
     from curator_dask import config
 
     kwargs: dict = {"verify_inputs": args.verify_inputs, "on_input_change": args.on_input_change}
@@ -148,10 +165,14 @@ def checkpoint_kwargs(args: argparse.Namespace) -> dict:
         strategy = "manual"
     elif args.checkpoint_stages is not None:
         raise UsageError(f"--checkpoint-stages goes with manual, not {strategy}")
-    given = (strategy, args.checkpoint_format, args.checkpoint_retention)
-    if all(v is None for v in given):
+    given = (strategy, args.checkpoint_format, args.checkpoint_retention,
+             args.checkpoint_compression)
+    if all(v is None for v in given) and not recipe:
         return kwargs
-    defaults = config.section("stage-checkpoints")
+    recipe = dict(recipe or {})
+    if args.checkpoint_format is not None and args.checkpoint_compression is None:
+        recipe.pop("compression", None)  # the recipe's compression went with its format
+    defaults = {**config.section("stage-checkpoints"), **recipe}
     settings = {**defaults, "strategy": strategy or defaults["strategy"]}
     if settings["strategy"] != "every_n_stages":
         settings["n"] = None
@@ -162,6 +183,7 @@ def checkpoint_kwargs(args: argparse.Namespace) -> dict:
     if args.checkpoint_stages is not None:
         settings["stages"] = [n.strip() for n in args.checkpoint_stages.split(",") if n.strip()]
     for key, value in (("format", args.checkpoint_format),
+                       ("compression", args.checkpoint_compression),
                        ("retention", args.checkpoint_retention)):
         if value is not None:
             settings[key] = value
@@ -172,6 +194,23 @@ def checkpoint_kwargs(args: argparse.Namespace) -> dict:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return kwargs
+
+
+def partition_kwargs(args: argparse.Namespace) -> dict:
+    """``--max-concurrent-partitions`` for Pipeline.run (nothing when not given)."""
+    text = args.max_concurrent_partitions
+    if text is None:
+        return {}
+    from curator_dask.backends.base import check_max_concurrent_partitions
+
+    try:
+        value = text if text == "auto" else int(text)
+        return {"max_concurrent_partitions": check_max_concurrent_partitions(
+            value, given="--max-concurrent-partitions")}
+    except ValueError:
+        raise UsageError(f"--max-concurrent-partitions {text}: expected auto or a whole number "
+                         "of at least 1 (the most source partitions in flight at once), e.g. "
+                         "--max-concurrent-partitions 4") from None
 
 
 def _executor(args: argparse.Namespace):
@@ -254,7 +293,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ``EXIT_OK``; ``EXIT_PARTIAL`` when the run ended but sources saw a ``FailedTask``;
         ``EXIT_STOPPED`` when a signal or ``stop`` ended the run early.
     """
-    from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
+    from curator_dask.cli.loader import PipelineDefinitionError, load_recipe
 
     for name in ("workers", "threads_per_worker"):
         value = getattr(args, name)
@@ -265,6 +304,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.cluster != "slurm":
         raise UsageError("--jobs needs --cluster slurm")
     _check_adapt_option(args)
+    partitions = partition_kwargs(args)
     if args.cluster in ("slurm", "slurm-runner") and args.address:
         raise UsageError("--cluster slurm starts its own scheduler; drop --address")
     if args.cluster in ("slurm", "slurm-runner") and not importlib.util.find_spec("dask_jobqueue"):
@@ -281,15 +321,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
-        pipeline = load_pipeline(args.pipeline, args.allow_target_module)
+        pipeline, recipe = load_recipe(args.pipeline, args.allow_target_module)
     except PipelineDefinitionError as exc:
         raise UsageError(str(exc)) from None
-    run_kwargs = {**job_kwargs(args), **checkpoint_kwargs(args)}  # usage errors before a cluster
+    # Usage errors before a cluster starts; the command's options win over the recipe's.
+    run_kwargs = {**job_kwargs(args), **recipe.partition_kwargs(),
+                  **checkpoint_kwargs(args, recipe.stage_checkpoints), **partitions}
     executor = _executor(args)
     _drain_on_signals(executor)
     from curator_dask.errors import (
         OverwriteWithCheckpointError,
         PartitioningChangedError,
+        PartitionRecordError,
         RunStopped,
         SchedulerLostError,
     )
@@ -318,7 +361,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               "to process the rest", file=sys.stderr)
         return EXIT_SCHEDULER_LOST
     except (ResumeMismatchError, FileExistsError, InputChangedError, NoInputFilesError,
-            PartitioningChangedError, OverwriteWithCheckpointError) as exc:
+            PartitioningChangedError, PartitionRecordError, OverwriteWithCheckpointError) as exc:
         # NoInputFilesError: the head's file discovery runs before the cluster starts, so a
         # wrong input path is refused before any source is processed
         raise UsageError(str(exc)) from None

@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from curator_dask.jobs.summary import (
@@ -172,3 +174,94 @@ def cancel_run_tasks(summary: dict[str, Any], timeout: float = 10.0) -> int:
     except OSError as exc:
         msg = f"cannot reach the scheduler {address}: {exc}"
         raise StopError(msg) from exc
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What stopping a job did (:func:`stop_job_dir`, ``curator_dask.jobs.stop_job``).
+
+    Attributes:
+        job_id, job_dir: the job and its folder.
+        was_running: whether its summary said ``running`` when the stop began.
+        stopped: whether the job is no longer running now (``state`` is not ``running``).
+        how: ``"not running"`` (nothing to do), ``"stop request"`` (the cooperative stop),
+            ``"cancelled on the scheduler"``, ``"SIGTERM"``, ``"SIGKILL"``, or
+            ``"still running"`` (the wait ran out, or ``error`` says what could not be done).
+        state: the job's state when the call returned (``killed`` after SIGKILL: the driver
+            could not record its end).
+        cancelled_tasks: Dask tasks cancelled on the scheduler (``force``), if it was reached.
+        error: why a forced stop could not signal the driver (another host, pid reused).
+
+    Example:
+        >>> StopOutcome("j", "/jobs/j", True, True, "stop request", "stopped").stopped
+        True
+    """
+
+    job_id: str
+    job_dir: str
+    was_running: bool
+    stopped: bool
+    how: str
+    state: str
+    cancelled_tasks: int | None = None
+    error: str | None = None
+
+
+def stop_job_dir(job_dir: str, *, force: bool = False, timeout: float = 60.0,
+                 say: Callable[[str, bool], None] | None = None) -> StopOutcome:
+    """Stop the job whose folder is ``job_dir``: what ``stop JOB [--force]`` does.
+
+    A stop request first, then a wait of up to ``timeout`` seconds for the job to end. With
+    ``force``, the cooperative wait is at most 5 s; then the run's Dask tasks are cancelled on
+    its scheduler and, if the driver still runs ``timeout`` seconds later, it gets SIGTERM,
+    then SIGKILL after another ``timeout`` (signals only to the recorded driver, on its host).
+    ``say(text, is_error)`` hears each step as the command prints it.
+
+    Raises:
+        FileNotFoundError: the job has no summary (it has not started).
+        StopError: its driver is gone from this host (nothing was signalled, no request left).
+    """
+    def tell(text: str, error: bool = False) -> None:
+        if say is not None:
+            say(text, error)
+
+    path = os.path.join(job_dir, SUMMARY_FILE)
+    summary = read_summary(path)
+    job_id = os.path.basename(os.path.normpath(job_dir))
+    if summary is None:
+        msg = f"job {job_id!r} in {job_dir} has no summary (yet)"
+        raise FileNotFoundError(msg)
+    job_id = str(summary.get("job_id") or job_id)
+    if summary.get("state") != "running":
+        tell(f"job {job_id} is not running (state: {summary.get('state')})")
+        return StopOutcome(job_id, job_dir, False, False, "not running",
+                           str(summary.get("state")))
+    request_stop(job_dir)
+    how, cancelled = "stop request", None
+    state = wait_for_state(job_dir, timeout if not force else min(timeout, 5))
+    if state == "running" and force:
+        try:
+            cancelled = cancel_run_tasks(read_summary(path) or {},
+                                         timeout=max(1.0, min(timeout, 10.0)))
+            tell(f"cancelled {cancelled} Dask tasks of the run on its scheduler")
+            how = "cancelled on the scheduler"
+            state = wait_for_state(job_dir, timeout)
+        except StopError as exc:
+            tell(f"could not cancel through the scheduler: {exc}", True)
+    if state == "running" and force:
+        try:
+            pid = signal_driver(job_dir, signal.SIGTERM)
+            tell(f"sent SIGTERM to driver {pid}")
+            how = "SIGTERM"
+            state = wait_for_state(job_dir, timeout)
+            if state == "running":
+                signal_driver(job_dir, signal.SIGKILL)
+                tell(f"sent SIGKILL to driver {pid}")
+                how, state = "SIGKILL", "killed"
+        except StopError as exc:
+            tell(str(exc), True)
+            return StopOutcome(job_id, job_dir, True, False, "still running", state,
+                               cancelled, str(exc))
+    if state == "running":
+        how = "still running"
+    return StopOutcome(job_id, job_dir, True, state != "running", how, state, cancelled)

@@ -19,9 +19,50 @@ from curator_dask.jobs.redact import redact
 
 EVENT_TYPES = frozenset({
     "job_start", "job_complete", "job_failed", "job_stopped", "run_resume", "sources_planned",
-    "source_complete", "source_failed", "stage_complete", "checkpoint_save", "checkpoint_load",
-    "worker_lost", "warning",
+    "source_start", "source_complete", "source_failed", "stage_start", "stage_complete",
+    "stage_failed", "checkpoint_save", "checkpoint_load", "worker_lost", "warning",
 })
+# The event types of Data-Juicer's partitioned executor (the seed document) and the types this
+# log writes for them: a source task is the seed's partition, a stage its operator.
+# A partition fails in two ways here: a stage returned FailedTask for it (source_failed) or a
+# stage raised in its Dask task (stage_failed, which ends the attempt).
+SEED_EVENT_TYPES: dict[str, tuple[str, ...]] = {
+    "job_start": ("job_start", "run_resume"),
+    "job_complete": ("job_complete",),
+    "job_failed": ("job_failed",),
+    "partition_start": ("source_start",),
+    "partition_complete": ("source_complete",),
+    "partition_failed": ("source_failed", "stage_failed"),
+    "op_start": ("stage_start",),
+    "op_complete": ("stage_complete",),
+    "op_failed": ("stage_failed",),
+    "checkpoint_save": ("checkpoint_save",),
+    "checkpoint_load": ("checkpoint_load",),
+}
+
+
+def event_types_for(names: str | Collection[str]) -> frozenset[str]:
+    """The log's event types that ``names`` select: this log's own types, and the seed's
+    (:data:`SEED_EVENT_TYPES`) as the types they map to; an unknown name is refused naming
+    both lists. A name that is both (``job_start``) selects what the seed means by it: an
+    attempt starting, resumed ones (``run_resume``) included.
+
+    Example:
+        >>> sorted(event_types_for(["partition_failed", "warning"]))
+        ['source_failed', 'stage_failed', 'warning']
+    """
+    wanted = [names] if isinstance(names, str) else list(names)
+    out: set[str] = set()
+    for name in wanted:
+        if name in SEED_EVENT_TYPES:
+            out.update(SEED_EVENT_TYPES[name])
+        elif name in EVENT_TYPES:
+            out.add(name)
+        else:
+            msg = (f"unknown event type {name!r}; this log's types: {sorted(EVENT_TYPES)}; "
+                   f"the seed's names: {sorted(SEED_EVENT_TYPES)}")
+            raise ValueError(msg)
+    return frozenset(out)
 
 
 def _last_seq(path: str) -> int:

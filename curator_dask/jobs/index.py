@@ -161,10 +161,78 @@ def find_job(job_id: str, work_dir: str, path: str | None = None) -> list[str]:
         True
     """
     local = os.path.join(os.path.abspath(work_dir), job_id)
-    if any(os.path.isfile(os.path.join(local, name)) for name in (CONFIG_FILE, SUMMARY_FILE)):
+    if is_job_folder(local):
         return [local]
     found = [e["path"] for e in reversed(indexed_jobs(path)) if e["job_id"] == job_id]
     return list(dict.fromkeys(found))
+
+
+class JobNotFoundError(FileNotFoundError):
+    """No job of that id in the work dir or in the job index (the CLI's exit code 2); the
+    message says where it looked.
+
+    Attributes:
+        job: the id (or folder) asked for.
+        work_dir: the work dir looked in (absolute).
+        index: the job index looked in.
+    """
+
+    def __init__(self, job: str, work_dir: str, index: str, message: str | None = None) -> None:
+        self.job, self.work_dir, self.index = job, work_dir, index
+        super().__init__(message or (
+            f"no job {job!r} in {work_dir} or in the job index {index}: give work_dir= the "
+            "folder the job ran in (or the job's folder itself)"))
+
+
+class AmbiguousJobError(ValueError):
+    """The job index has that job id in several folders; ``folders`` lists them."""
+
+    def __init__(self, job: str, folders: list[str]) -> None:
+        self.job, self.folders = job, list(folders)
+        super().__init__(f"job {job!r} is in several folders: {', '.join(folders)}; give "
+                         "work_dir= the folder above the job's")
+
+
+def is_job_folder(path: str) -> bool:
+    """Whether ``path`` is a job's folder: it holds a saved configuration or a summary."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in (CONFIG_FILE, SUMMARY_FILE))
+
+
+def locate_job(job: str | os.PathLike[str], work_dir: str | os.PathLike[str] | None = None,
+               path: str | None = None) -> str:
+    """The folder of ``job``: a job id, looked up in ``work_dir`` (default: config
+    ``jobs.work-dir``) and then in the job index, or the path of a job's folder.
+
+    Raises:
+        JobNotFoundError: no such job (the message says where it looked).
+        AmbiguousJobError: the index has that id in several folders.
+
+    Example:
+        >>> import tempfile, os
+        >>> from curator_dask.jobs.job import JobDirectory
+        >>> job = JobDirectory(tempfile.mkdtemp(), "j3")
+        >>> job.create({}, {})
+        >>> locate_job(job.path) == job.path
+        True
+    """
+    text = os.fspath(job)
+    if work_dir is None:
+        from curator_dask import config
+
+        work_dir = config.get("jobs.work-dir")
+    if isinstance(job, os.PathLike) or os.sep in text or text.startswith("."):  # a folder:
+        if is_job_folder(text):  # (a job id is a plain token, never holding a '/')
+            return os.path.abspath(text)
+        raise JobNotFoundError(text, os.path.abspath(work_dir), path or index_path(),
+                               f"{os.path.abspath(text)} is not a job folder (it has no "
+                               f"{CONFIG_FILE} or {SUMMARY_FILE}); give a job id or the "
+                               "folder <work dir>/<job id>")
+    found = find_job(text, os.fspath(work_dir), path)
+    if not found:
+        raise JobNotFoundError(text, os.path.abspath(work_dir), path or index_path())
+    if len(found) > 1:
+        raise AmbiguousJobError(text, found)
+    return found[0]
 
 
 def checked_state(summary: dict[str, Any]) -> str:

@@ -307,6 +307,18 @@ class JobRun(RunObserver):
             out["failed_stage"] = stage_name
         return out
 
+    def _stage_failed(self, error: BaseException) -> None:
+        """``stage_failed`` for an error a stage raised (a ``StageError``): the stage, the
+        tasks and input files it failed on, the exception in one line."""
+        stage = getattr(error, "stage_name", None)
+        if not isinstance(stage, str):
+            return
+        index = next((i for i, s in enumerate(self.stages) if s.name == stage), None)
+        self.events.emit("stage_failed", stage=stage, index=index,
+                         task_ids=list(getattr(error, "task_ids", None) or [])[:20],
+                         source_files=list(getattr(error, "source_files", None) or [])[:20],
+                         error=str(getattr(error, "error", "") or type(error).__name__))
+
     def finish(self, state: str, result: Any = None, error: BaseException | None = None) -> None:
         """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once.
 
@@ -336,6 +348,7 @@ class JobRun(RunObserver):
         fields = {"state": state, "failed_sources": len(failed)} if failed else {}
         if error is not None:
             fields["error"] = extra["error"]
+            self._stage_failed(error)
         self.events.emit(event, **fields)
         extra["log"] = self.log_path
         self._write_summary(**extra)

@@ -121,6 +121,7 @@ class Pipeline:
         stage_checkpoints: Any = None,
         verify_inputs: str | None = None,
         on_input_change: str | None = None,
+        max_concurrent_partitions: int | str | None = None,
     ) -> list[Task]:
         """Build and run the pipeline; returns the sink stage's output tasks.
 
@@ -155,6 +156,10 @@ class Pipeline:
                 that the inputs of sources the checkpoint marks complete did not change.
             on_input_change: ``"reprocess"`` (default) or ``"error"``: what a changed,
                 completed source gets.
+            max_concurrent_partitions: the most source partitions in flight at once (a whole
+                number; chunks of tiny sources are cut to fit), or ``"auto"``: as many as the
+                executor's in-flight window of chains carries (default: config
+                ``execution.max-concurrent-partitions``, ``"auto"``).
         """
         self.build()
         as_job = work_dir is not None or job_id is not None or resume is not None
@@ -162,7 +167,8 @@ class Pipeline:
             self.stages, checkpoint_path=checkpoint_path,
             checkpoint_storage_options=checkpoint_storage_options,
             stage_checkpoints=stage_checkpoints, verify_inputs=verify_inputs,
-            on_input_change=on_input_change, slurm_array=slurm_array, job=as_job)
+            on_input_change=on_input_change, slurm_array=slurm_array,
+            max_concurrent_partitions=max_concurrent_partitions, job=as_job)
         job = self._start_job(options, checkpoint_path, work_dir, job_id, resume,
                               verify_content, command) if as_job else None
         try:

@@ -248,7 +248,10 @@ def _walk(saved: Any, current: Any, where: str, out: list[str]) -> None:
                 continue
             path = f"{where}.{key}" if where else str(key)
             if key not in saved:
-                out.append(f"{path}: added ({json.dumps(current[key])})")
+                # A stage parameter that a newer version added, at its default None, keeps
+                # the stage's old behaviour: jobs saved before it existed still resume.
+                if not (current[key] is None and where.endswith(".params")):
+                    out.append(f"{path}: added ({json.dumps(current[key])})")
             elif key not in current:
                 out.append(f"{path}: removed (was {json.dumps(saved[key])})")
             else:
@@ -266,6 +269,9 @@ def diff_configs(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[s
     Example:
         >>> a = {"stages": [{"name": "f", "params": {"n": 1}}], "settings": {}}
         >>> b = {"stages": [{"name": "f", "params": {"n": 2}}], "settings": {}}
+        >>> diff_configs(a, b)
+        ['stages[0] (f).params.n: 1 -> 2']
+        >>> b["stages"][0]["params"]["partition"] = None  # added later, at its default
         >>> diff_configs(a, b)
         ['stages[0] (f).params.n: 1 -> 2']
     """

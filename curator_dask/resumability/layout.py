@@ -15,6 +15,7 @@ fingerprints and the SLURM array files::
             stage_checkpoints/<entry>/          # see resumability/stage_checkpoints
             input_fingerprints/<host>-<pid>-<run>.json
             partitioning.json                   # the source stage's partitioning (partitioning.py)
+            partitioning_info.json              # row-range partitions (partitions/record.py)
 
 The names under ``.nemo_curator_metadata`` must not change: NeMo Curator's ``retry`` tools read
 them (``docs/design/contract.md §5``).
@@ -39,3 +40,5 @@ STAGE_CHECKPOINTS_SUBDIR = f"{CURATOR_DASK_DIRNAME}/{STAGE_CHECKPOINTS_DIRNAME}"
 INPUT_FINGERPRINTS_SUBDIR = f"{CURATOR_DASK_DIRNAME}/{INPUT_FINGERPRINTS_DIRNAME}"
 PARTITIONING_RECORD_FILENAME = "partitioning.json"
 PARTITIONING_RECORD_PATH = f"{CURATOR_DASK_DIRNAME}/{PARTITIONING_RECORD_FILENAME}"
+PARTITION_INFO_FILENAME = "partitioning_info.json"
+PARTITION_INFO_PATH = f"{CURATOR_DASK_DIRNAME}/{PARTITION_INFO_FILENAME}"

@@ -1,18 +1,20 @@
 """``FilePartitioningStage``: finds input files and groups them into source tasks.
 
-See docs/design/contract.md §2.
+See docs/design/contract.md §2 (whole files) and §2.6 (row ranges, ``partition=``).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from dask.utils import parse_bytes
 
+from curator_dask.partitions.spec import PartitionSpec, refuse_with_file_grouping
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.stages.resources import Resources
-from curator_dask.tasks import EmptyTask, FileGroupTask
+from curator_dask.tasks import EmptyTask, FileGroupTask, RowRangeTask
 from curator_dask.utils.files import NoInputFilesError, gather_file_records, infer_dataset_name
 
 logger = logging.getLogger(__name__)
@@ -34,10 +36,19 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     empty input (no tasks, a warning), as NeMo Curator always does. An existing path is taken
     literally, even with glob characters such as ``[`` in its name.
 
+    ``partition=`` splits files into row ranges instead (one ``RowRangeTask`` each):
+    ``{"mode": "manual", "num_of_partitions": N}`` or ``{"mode": "auto", "target_size_mb":
+    256, "size": 10000, "max_size_mb": 256, "max_rows": 50000}``; not together with
+    ``files_per_partition`` or ``blocksize``. In a checkpointed run the partitions and their
+    content hashes are recorded in the checkpoint, and a later run rebuilds and verifies them
+    (docs/partitions-inside-files.md).
+
     Example:
         >>> stage = FilePartitioningStage(file_paths="data/in/", files_per_partition=2)
         >>> stage.name
         'file_partitioning'
+        >>> FilePartitioningStage("data/in/", partition={"mode": "auto"}).partition["max_rows"]
+        50000
     """
 
     file_paths: str | list[str] = ""
@@ -48,6 +59,7 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     limit: int | None = None
     name: str = "file_partitioning"
     allow_no_files: bool = False
+    partition: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.files_per_partition is not None and self.blocksize is not None:
@@ -56,6 +68,10 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
                 "allowed"
             )
             raise ValueError(msg)
+        spec = PartitionSpec.coerce(self.partition)
+        refuse_with_file_grouping(spec, self.files_per_partition, self.blocksize)
+        self.partition = spec.to_dict() if spec is not None else None  # canonical: the record
+        self._planned: Any = None
         if self.file_extensions is None:
             self.file_extensions = [".jsonl", ".json", ".parquet"]
         if self.storage_options is None:
@@ -78,17 +94,43 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
     def outputs(self) -> tuple[list[str], list[str]]:
         return [], []
 
-    def process(self, _: EmptyTask) -> list[FileGroupTask]:
-        records = gather_file_records(
+    def _records(self) -> list[tuple[str, int]]:
+        return gather_file_records(
             self.file_paths,
             extensions=self.file_extensions,
             storage_options=self.storage_options,
             sort_by_size=self.blocksize is not None,
             require_files=not self.allow_no_files,
         )
+
+    def use_partition_record(self, checkpoint_url: str | None, storage_options: dict | None = None,
+                             *, strict: bool = False) -> None:
+        """Settle this run's row-range partitions against the checkpoint's record, before the
+        head runs: rebuilt from the record and verified, or planned, hashed and recorded
+        (``partitions/resume.py``; ``strict``: a job's resume). Without a checkpoint nothing
+        happens and ``process`` plans without hashing. Raises ``PartitionRecordError`` or
+        ``PartitionContentChangedError`` before anything is processed."""
+        self._planned = None
+        if checkpoint_url is None:
+            return
+        from curator_dask.partitions.resume import settle
+
+        records = self._records() if self.partition is not None else []
+        self._planned = settle(self, records, checkpoint_url, storage_options, strict=strict)
+
+    def process(self, _: EmptyTask) -> list[FileGroupTask]:
+        planned, self._planned = self._planned, None  # once: the stage travels to the workers
+        if planned is not None:
+            return self._row_range_tasks(planned)
+        records = self._records()
         if not records:
             logger.warning("No files found under %s", self.file_paths)
             return []
+        if self.partition is not None:
+            from curator_dask.partitions.plan import plan_partitions
+
+            return self._row_range_tasks(plan_partitions(
+                records, PartitionSpec.coerce(self.partition), self.storage_options))
         if self.files_per_partition:
             files = [path for path, _ in records]
             partitions = self._partition_by_count(files, self.files_per_partition)
@@ -106,6 +148,24 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
                         "source_files": group}
             tasks.append(FileGroupTask(dataset_name=dataset_name, data=group,
                                        _metadata=metadata, reader_config={}))
+        return tasks
+
+    def _row_range_tasks(self, plan: Any) -> list[FileGroupTask]:
+        """One ``RowRangeTask`` per partition (a compressed file's: a ``FileGroupTask``)."""
+        if not plan.partitions:
+            logger.warning("No rows in the files under %s", self.file_paths)
+        dataset_name = self._get_dataset_name([f.path for f in plan.files])
+        total, tasks = len(plan.partitions), []
+        for i, part in enumerate(plan.partitions[:self.limit]):
+            if part.whole_file:
+                group = part.paths
+                metadata = {"partition_index": i, "total_partitions": total,
+                            "source_files": group}
+                tasks.append(FileGroupTask(dataset_name=dataset_name, data=group,
+                                           _metadata=metadata, reader_config={}))
+            else:
+                tasks.append(RowRangeTask.of([p.to_dict() for p in part.pieces],
+                                             dataset_name=dataset_name, index=i, total=total))
         return tasks
 
     def _warn_oversized(self, partitions: list[list[str]], sizes: dict[str, int]) -> None:

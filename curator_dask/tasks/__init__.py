@@ -2,6 +2,7 @@
 
 from curator_dask.tasks.document import DocumentBatch
 from curator_dask.tasks.file_group import FileGroupTask
+from curator_dask.tasks.row_range import RowRangeTask
 from curator_dask.tasks.sentinels import EmptyTask, FailedTask, NoneTask, SentinelTask
 from curator_dask.tasks.tasks import StagePerfStats, Task
 
@@ -11,6 +12,7 @@ __all__ = [
     "FailedTask",
     "FileGroupTask",
     "NoneTask",
+    "RowRangeTask",
     "SentinelTask",
     "StagePerfStats",
     "Task",

@@ -6,13 +6,12 @@ the job folder."""
 from __future__ import annotations
 
 import json
-import logging
 
 import dask.config
 import pytest
 
 import curator_dask.config  # noqa: F401 (the defaults, before any dask.config.set below)
-from tests.helpers import cli
+from tests.helpers import cli, moto_s3
 
 KEY = "io.storage-options"
 DEFAULT = {"anon": False, "client_kwargs": {"region_name": "us-east-1"}}
@@ -114,18 +113,8 @@ stages:
 
 @pytest.fixture(scope="module")
 def s3():
-    s3fs = pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET,
-                           client_kwargs={"endpoint_url": endpoint, "region_name": "us-west-2"})
-    fs.mkdir(BUCKET)
-    yield fs, endpoint
-    server.stop()
+    with moto_s3(BUCKET, ACCESS_KEY, SECRET) as (fs, options):
+        yield fs, options["client_kwargs"]["endpoint_url"]
 
 
 @pytest.mark.slow

@@ -71,7 +71,8 @@ def test_summary_is_replaced_atomically_and_validated(tmp_path):
 
 def test_event_volume_stays_bounded_at_100000_sources():
     """100,000 one-source Dask tasks through the executor's event stream: per-task records up
-    to the detail limit, then per-window sums that still add up to every source and row."""
+    to the detail limit, then per-window sums that still add up to every source and row (and
+    every submission: ``source_start``); one ``stage_start`` per stage that ran."""
     from curator_dask.backends.dask.adapter import StageCount
     from curator_dask.backends.dask.events import EventStream
     from curator_dask.backends.dask.worker import GroupResult
@@ -87,9 +88,14 @@ def test_event_volume_stays_bounded_at_100000_sources():
         result = GroupResult(batches=[], counts={1: StageCount(calls=1, items_in=10, items_out=9),
                                                  2: StageCount(calls=1, items_in=9)},
                              ended={1: 1.0, 2: 1.0})
+        stream.chunk_submitted([f"s{i}"])
         stream.chunk_done([f"s{i}"], result)
     stream.close()
     assert len(records) < 25_000
+    started = [f for t, f in records if t == "source_start"]
+    assert {f["scope"] for f in started} == {"task", "window"}
+    assert sum(f["count"] for f in started) == 100_000
+    assert [f["stage"] for t, f in records if t == "stage_start"] == ["filter", "writer"]
     task = [f for t, f in records if t == "stage_complete" and f["scope"] == "task"]
     window = [f for t, f in records if t == "stage_complete" and f["scope"] == "window"]
     assert task and window

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+from curator_dask.jobs import JobUtils
 from curator_dask.jobs.events import read_events
 from curator_dask.jobs.job import ResumeMismatchError
 from curator_dask.jobs.summary import read_summary
@@ -74,6 +75,31 @@ def test_job_resume_events_and_summary(executor, tmp_path):
     assert {e["stage"] for e in per_task} >= {"fail_soft_on", "jsonl_writer"}
     assert all(e["duration"] >= 0 and e["ended"] for e in per_task)
     assert len({e["run_id"] for e in events}) == 2  # the refused attempt wrote nothing
+    # the seed's event types, read through the job API (docs/jobs.md "Event log")
+    job = JobUtils("job-a", work_dir=work)
+    assert job.job_dir == str(job_dir) and job.load_job_summary()["state"] == (
+        "completed_with_failures")
+    first_run = events[0]["run_id"]
+    starts = job.load_event_logs(types="partition_start")
+    assert [e["type"] for e in starts] == ["source_start"] * 5  # 4 sources, then the retried 1
+    # every partition is submitted before it completes or fails, under the same task id
+    ends = job.load_event_logs(types=["partition_complete", "partition_failed"])
+    for end in (e for e in ends if e.get("scope") == "task"):
+        start = next(e for e in starts if e["task_id"] == end["task_id"]
+                     and e["run_id"] == end["run_id"])
+        assert start["seq"] < end["seq"] and set(end["source_ids"]) <= set(start["source_ids"])
+    assert sum(e["count"] for e in starts if e["run_id"] == first_run) == 4
+    # op_start: once per stage of the Dask tasks per attempt, before that stage's first record
+    op_start = job.load_event_logs(types=["op_start"], run_id=first_run)
+    assert [e["stage"] for e in op_start] == ["jsonl_reader", "fail_soft_on", "jsonl_writer"]
+    for e in op_start:
+        first = next(r for r in per_task if r["stage"] == e["stage"] and r["run_id"] == first_run)
+        assert e["seq"] < first["seq"] and e["task_id"] == first["task_id"]
+    assert job.load_event_logs("job_start") == [events[0], next(
+        e for e in events if e["type"] == "run_resume")]  # the seed's job_start: each attempt
+    assert job.load_event_logs(run_id="last") == [e for e in events if e["run_id"] != first_run]
+    with pytest.raises(ValueError, match="unknown event type 'op_begin'.*partition_start"):
+        job.load_event_logs(types=["op_begin"])
 
 
 def test_modified_input_is_named(executor, tmp_path):
@@ -92,6 +118,10 @@ def test_job_failed_is_written_when_a_stage_raises(executor, tmp_path):
         make(tmp_path, Boom()).run(executor=executor, work_dir=work, job_id="job-c")
     events = read_events(str(Path(work) / "job-c" / "events.jsonl"))
     assert events[-1]["type"] == "job_failed" and "boom" in events[-1]["error"]
+    # the stage that raised: stage_failed (the seed's op_failed) just before job_failed
+    failed = JobUtils("job-c", work_dir=work).load_event_logs(types="op_failed")
+    assert failed == [events[-2]] and failed[0]["stage"] == "boom" and failed[0]["index"] == 2
+    assert failed[0]["error"] == "RuntimeError: boom" and failed[0]["source_files"]
     summary = read_summary(str(Path(work) / "job-c" / "job_summary.json"))
     assert summary["state"] == "failed" and "boom" in summary["error"]
 

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import dask
 import pytest
 
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
@@ -24,7 +25,9 @@ def job(tmp_path_factory) -> Path:
     generate_jsonl(str(root / "in"), files=6, docs_per_file=5, seed=21)
     p = Pipeline(name="rep").add_stage(JsonlReader(file_paths=str(root / "in")))
     p.add_stage(JsonlWriter(path=str(root / "out")))
-    with DaskExecutor(n_workers=1, progress=False, max_sources_per_task=1) as ex:
+    # the suite turns the report off (tests/conftest.py): this job checks it
+    with dask.config.set({"curator-dask.jobs.performance-report": True}), DaskExecutor(
+            n_workers=1, progress=False, max_sources_per_task=1) as ex:
         p.run(executor=ex, work_dir=str(root / "jobs"), job_id="rep", command="cmd")
     return root
 
@@ -56,6 +59,39 @@ def test_status_table_and_json(job):
     data = json.loads(cli("status", "rep", "--json", "--work-dir", str(job / "jobs")).stdout)
     assert data["sources"]["completed"] == 6 and data["rates"]["remaining"] == 0
     assert data["rates"]["sources_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_job_progress_from_python_and_status_detailed(job, capsys):
+    """``show_job_progress`` (the seed's monitor) returns the data and prints nothing unless
+    asked; ``detailed`` adds stages and partitions; ``status --detailed --json`` has them."""
+    from curator_dask.jobs import JobUtils, show_job_progress
+    from curator_dask.jobs.index import JobNotFoundError
+
+    work = str(job / "jobs")
+    data = show_job_progress("rep", work_dir=work)
+    assert capsys.readouterr().out == ""
+    assert (data["job_id"], data["state"], data["percent"]) == ("rep", "completed", 100.0)
+    assert data["sources"] == {"total": 6, "skipped": 0, "to_process": 6, "completed": 6,
+                               "failed": 0, "in_flight": 0, "pending": 0}
+    assert "partitions" not in data and data["resume_command"] == "cmd --resume rep"
+    detailed = show_job_progress(job / "jobs" / "rep", detailed=True, echo=True)  # its folder
+    out = capsys.readouterr().out
+    assert "job rep  completed" in out, out
+    assert "partitions (Dask tasks of sources, this attempt): 6 completed" in out, out
+    parts = detailed["partitions"]  # one source per Dask task (max_sources_per_task=1)
+    assert len(parts) == 6 and len({p["task_id"] for p in parts}) == 6
+    assert all(p["state"] == "completed" and (p["sources"], p["completed"]) == (1, 1)
+               and p["submitted"] <= p["ended"] for p in parts), parts
+    stages = {s["stage"]: s for s in detailed["stages"]}
+    assert stages["jsonl_writer"]["dask_tasks"] == 6 and stages["jsonl_writer"]["started"]
+    assert stages["file_partitioning"]["started"] is None  # the driver's head: no Dask task
+    assert detailed["attempts"] == 1 and detailed["partitions_unlisted"] == 0
+    assert JobUtils("rep", work_dir=work).progress(detailed=True) == detailed
+    shown = json.loads(cli("status", "rep", "--detailed", "--json", "--work-dir", work).stdout)
+    assert shown["partitions"] == parts and shown["stages"] == detailed["stages"]
+    with pytest.raises(JobNotFoundError, match="no job 'nope' in "):
+        show_job_progress("nope", work_dir=work)
 
 
 def test_series_and_stats_from_records():

@@ -52,6 +52,14 @@ def test_stop_of_a_killed_driver_says_so_and_the_resume_completes(tmp_path):
     assert "driver gone" in stop.stderr and "--resume killed" in stop.stderr, stop.stderr
     # no request is left that nobody reads (and that the next attempt would obey)
     assert not (tmp_path / "curator-dask-jobs" / "killed" / "stop_request.json").exists()
+    # the job API says the same: not running (its driver is gone), and stop_job refuses
+    from curator_dask.jobs import list_running_jobs, stop_job
+    from curator_dask.jobs.control import StopError
+
+    assert "killed" not in [j["job_id"] for j in list_running_jobs(work_dir=tmp_path)]
+    with pytest.raises(StopError, match=r"driver \(pid \d+\) is gone.*--resume killed"):
+        stop_job("killed", timeout=3, work_dir=tmp_path / "curator-dask-jobs")
+    assert not (tmp_path / "curator-dask-jobs" / "killed" / "stop_request.json").exists()
     resume_completes(tmp_path, "killed")
 
 
@@ -62,6 +70,11 @@ def test_a_request_for_an_earlier_attempt_is_ignored_and_removed(tmp_path):
     summary = kill_running_job(tmp_path, "elsewhere")
     job_dir = tmp_path / "curator-dask-jobs" / "elsewhere"
     (job_dir / "job_summary.json").write_text(json.dumps({**summary, "host": "another-node"}))
+    from curator_dask.jobs import list_running_jobs
+
+    # another host's driver cannot be checked from here: listed as running, and said so
+    listed = [j for j in list_running_jobs() if j["job_id"] == "elsewhere"]
+    assert [(j["host"], j["driver_checked"]) for j in listed] == [("another-node", False)]
     stop = cli("stop", "elsewhere", "--timeout", "1", cwd=tmp_path, timeout=60)
     assert stop.returncode == 1 and "job elsewhere: running" in stop.stdout, stop.stdout
     request = json.loads((job_dir / "stop_request.json").read_text())

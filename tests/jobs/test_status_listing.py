@@ -77,8 +77,15 @@ def test_a_job_stopped_by_sigusr1_reads_as_stopped_with_its_reason(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_status_lists_the_work_dirs_jobs_and_running_ones_from_anywhere(tmp_path):
+def test_status_lists_the_work_dirs_jobs_and_running_ones_from_anywhere(tmp_path, monkeypatch):
+    """Also the job API on the running job (issue 21, item 6): ``list_running_jobs`` and
+    ``stop --list`` list it, ``status --detailed`` shows its running partitions, a watch
+    (``--interval``, which implies ``--watch``) redraws until it ends, and ``stop_job`` stops
+    it as ``stop JOB`` does."""
+    from curator_dask.jobs import list_running_jobs, show_job_progress, stop_job
+
     env = {ENV_VAR: str(tmp_path / "index.json")}
+    monkeypatch.setenv(ENV_VAR, env[ENV_VAR])  # the API in this process reads the same index
     a, b = project(tmp_path / "a", 0.0, files=2), project(tmp_path / "b", 0.0, files=2)
     for where, job in ((a, "job-a"), (b, "job-b")):
         done = cli(*RUN, "--job-id", job, cwd=where, env=env, timeout=240)
@@ -94,13 +101,39 @@ def test_status_lists_the_work_dirs_jobs_and_running_ones_from_anywhere(tmp_path
         table = cli("status", cwd=a, env=env).stdout
         assert "job-b" not in table and "1 more job in the job index" in table, table
         assert "status --all" in table
-        stop = cli("stop", "job-c", "--timeout", "60", cwd=tmp_path, env=env, timeout=120)
-        assert stop.returncode == 0 and "job job-c: stopped" in stop.stdout, stop.stdout
+        running = list_running_jobs()  # the finished job-a and job-b are not running
+        assert [(j["job_id"], j["pid"], j["driver_checked"]) for j in running] == [
+            ("job-c", proc.pid, True)]
+        assert running[0]["job_dir"] == str(c / "curator-dask-jobs" / "job-c")
+        listing = cli("stop", "--list", cwd=a, env=env)
+        assert listing.returncode == 0, listing.stderr
+        assert [line.split()[0] for line in listing.stdout.splitlines()] == ["job-c"]
+        assert f"pid {proc.pid} on " in listing.stdout and "/40 sources done" in listing.stdout
+        progress = poll_for(lambda: (p := show_job_progress("job-c", detailed=True))[
+            "partitions"] and p, 60, "job-c's event log never listed a partition",
+            on_timeout=proc.kill)
+        assert progress["state"] == "running" and progress["sources"]["total"] == 40
+        detailed = cli("status", "job-c", "--detailed", cwd=a, env=env)
+        assert detailed.returncode == 0 and "partitions (Dask tasks of sources" in detailed.stdout
+        assert "running" in detailed.stdout.split("partitions (", 1)[1], detailed.stdout
+        watch = start_cli("status", "job-c", "--json", "--interval", "0.2", cwd=a, env=env)
+        first = watch.stdout.readline()  # the watch has drawn once before the stop
+        assert json.loads(first)["state"] == "running", first
+        outcome = stop_job("job-c", timeout=60)
+        assert (outcome.stopped, outcome.how, outcome.state) == (True, "stop request",
+                                                                "stopped"), outcome
+        rest, _ = watch.communicate(timeout=60)  # the watch ends by itself with the job
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 3
+    assert proc.returncode == 3 and watch.returncode == 0
+    states = [json.loads(line)["state"] for line in rest.splitlines()]
+    assert states[-1] == "stopped" and set(states[:-1]) <= {"running"}, states
+    assert list_running_jobs() == [] and "no running jobs" in cli(
+        "stop", "--list", cwd=a, env=env).stdout
+    again = stop_job(c / "curator-dask-jobs" / "job-c")  # by its folder: nothing to do
+    assert (again.was_running, again.stopped, again.how) == (False, False, "not running")
     assert listed(a, env) == ["job-a"]  # stopped elsewhere: no longer listed here
     assert listed(a, env, "--all") == ["job-a", "job-b", "job-c"]
     assert "2 more jobs in the job index" in cli("status", cwd=a, env=env).stdout

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from curator_dask import DaskExecutor, Pipeline
 from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
 from curator_dask.stages.text.io.reader import JsonlReader
 from curator_dask.stages.text.io.writer import JsonlWriter
+from tests.helpers import moto_s3
 from tests.resumability.resume_test_stages import FailSoftOn
 
 pytestmark = pytest.mark.slow
-s3fs = pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
 
 
 @pytest.fixture(scope="module")
 def s3():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"key": "testing", "secret": "testing",
-               "client_kwargs": {"endpoint_url": f"http://{host}:{port}",
-                                 "region_name": "us-west-2"}}
-    fs = s3fs.S3FileSystem(**options)
-    fs.mkdir("curator")
-    yield fs, options
-    server.stop()
+    with moto_s3("curator") as found:
+        yield found
 
 
 def test_resume_with_everything_on_s3(s3, tmp_path):

@@ -22,6 +22,7 @@ import pytest
 
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 from curator_dask.backends.dask.plan import build_plan
+from curator_dask.errors import StageError
 from curator_dask.jobs.events import read_events
 from curator_dask.resumability.inspect import inspect_checkpoint
 from curator_dask.resumability.stage_checkpoints import (
@@ -33,6 +34,7 @@ from curator_dask.resumability.stage_checkpoints import (
 )
 from curator_dask.sample_data import generate_jsonl
 from curator_dask.tasks import DocumentBatch, FileGroupTask
+from tests.backends.dask_test_stages import FailOn
 from tests.helpers import REPO_ROOT, cli_env, completed_ids, poll_for
 from tests.resumability.resume_test_stages import Cheap, Expensive, FailSoftOn, Rows
 
@@ -54,9 +56,19 @@ def built(tmp_path, *middle) -> Pipeline:
 class TestSettings:
     @pytest.mark.parametrize(("kwargs", "match"), [
         ({"strategy": "every_op"}, "strategy 'every_op' is not one of disabled"),
-        ({"strategy": "every_stage", "retention": "cleanup_all"},
-         "retention 'cleanup_all' is not one of cleanup_on_complete"),
-        ({"strategy": "every_stage", "format": "jsonl"}, "format 'jsonl' is not one of"),
+        ({"strategy": "every_stage", "retention": "cleanup_some"},
+         "retention 'cleanup_some' is not one of cleanup_on_complete, keep_all, "
+         "keep_failed_only, cleanup_all"),
+        ({"strategy": "every_stage", "format": "csv"},
+         "format 'csv' is not one of arrow, parquet, jsonl"),
+        ({"strategy": "every_stage", "compression": "snappy"},  # arrow's: none, lz4, zstd
+         "compression 'snappy' does not go with format 'arrow': its compressions are none, "
+         "lz4, zstd"),
+        ({"strategy": "every_stage", "format": "jsonl", "compression": "zstd"},
+         "compression 'zstd' does not go with format 'jsonl': its compressions are none, gzip"),
+        ({"strategy": "every_stage", "format": "parquet", "compression": "lzma"},
+         "compression 'lzma' does not go with format 'parquet': its compressions are snappy, "
+         "gzip, zstd, none"),
         ({"strategy": "every_n_stages"}, "every_n_stages needs n"),
         ({"strategy": "every_n_stages", "n": 0}, "every_n_stages needs n"),
         ({"strategy": "every_stage", "n": 2}, "only used with strategy every_n_stages"),
@@ -127,9 +139,9 @@ def store_url(request, tmp_path):
 
 
 class TestStore:
-    @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
-    def test_round_trip_keeps_ids_batches_metadata_and_deltas(self, store_url, fmt):
-        store = StageCheckpointStore(store_url, fmt=fmt)
+    def test_round_trip_keeps_ids_batches_metadata_and_deltas(self, store_url):
+        # every format and compression: test_stage_checkpoint_formats.py
+        store = StageCheckpointStore(store_url)
         batches = [[doc("0_s_0", "s", 3), doc("0_s_1", "s", 0)], [doc("0_s_2", "s", 2, True)]]
         deltas = [("0_s_0", "s", 2), ("0_s_2", "s", 0)]
         name, size = store.save("s", 2, "fp1", "cheap", batches, deltas, "in1")
@@ -252,8 +264,14 @@ def test_replayed_source_resumes_from_its_deepest_boundary_with_identical_ids_an
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("retention", ["keep_all", "keep_failed_only"])
-def test_retention(executor, tmp_path, retention):
+@pytest.mark.parametrize(("retention", "left"), [
+    ("keep_all", 2),
+    # the source that saw the FailedTask after `cheap` keeps its entry
+    ("keep_failed_only", 1),
+    # ... but not when the run ends, under cleanup_all: whether or not its sources completed
+    ("cleanup_all", 0),
+])
+def test_retention(executor, tmp_path, retention, left):
     generate_jsonl(str(tmp_path / "in"), files=2, docs_per_file=2, seed=6)
     ckpt = tmp_path / "ckpt"
     p = Pipeline(name="r").add_stage(JsonlReader(file_paths=str(tmp_path / "in")))
@@ -262,9 +280,25 @@ def test_retention(executor, tmp_path, retention):
     p.run(executor=executor, checkpoint_path=str(ckpt),
           stage_checkpoints={"strategy": "manual", "stages": ["cheap"],
                              "retention": retention})
-    names = entries(ckpt)
-    # the source that saw the FailedTask after `cheap` keeps its entry under both policies
-    assert len(names) == (2 if retention == "keep_all" else 1)
+    assert len(entries(ckpt)) == left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("retention", "left"), [("cleanup_on_complete", 1), ("cleanup_all", 0)])
+def test_cleanup_all_also_when_the_run_fails(executor, tmp_path, retention, left):
+    """One source (so no other chain is still running on a worker when the run fails): its
+    checkpoint after `cheap` is saved, then a later stage raises."""
+    generate_jsonl(str(tmp_path / "in"), files=1, docs_per_file=2, seed=6)
+    ckpt = tmp_path / "ckpt"
+    p = Pipeline(name="c").add_stage(JsonlReader(file_paths=str(tmp_path / "in")))
+    p.add_stage(Cheap(calls_dir=str(tmp_path / "c"))).add_stage(FailOn(bad_id="0-0"))
+    p.add_stage(JsonlWriter(path=str(tmp_path / "out")))
+    with pytest.raises(StageError, match="boom on 0-0"):
+        p.run(executor=executor, checkpoint_path=str(ckpt),
+              stage_checkpoints={"strategy": "manual", "stages": ["cheap"], "format": "jsonl",
+                                 "compression": "gzip", "retention": retention})
+    assert len(entries(ckpt)) == left
+    assert len(list((tmp_path / "c").iterdir())) == 1  # `cheap` ran, and saved, before the error
 
 
 # Run with the repository root on PYTHONPATH (its workers inherit the driver's sys.path).

@@ -1,10 +1,13 @@
 """``EventStream``: a run's events for its observer, bounded in volume at any number of sources.
 
-The first ``detail_limit`` records describe each Dask task (``scope: "task"``: its stages'
-durations, rows in, out and dropped, its sources); after that, one record per stage per
-``window`` seconds (``scope: "window"``) carries the same sums; at the end of a run, one record
-per stage (``scope: "run"``) carries every :class:`StageCount` field. Stage-checkpoint saves,
-loads and fallbacks are totalled here too.
+The first ``detail_limit`` records describe each Dask task (``scope: "task"``: its sources
+when it is submitted, its stages' durations, rows in, out and dropped when it finished); after
+that, one record per stage per ``window`` seconds (``scope: "window"``) carries the same sums,
+and one ``source_start`` / ``source_complete`` / ``source_failed`` per window the sources
+submitted, completed and failed in it; at the end of a run, one record per stage
+(``scope: "run"``) carries every :class:`StageCount` field. Each stage also gets one
+``stage_start`` per run, the first time a Dask task that ran it is reported. Stage-checkpoint
+saves, loads and fallbacks are totalled here too.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ class EventStream:
         self.window = window
         self.records = 0
         self._window: dict[int, StageCount] = {}
-        self._window_sources = [0, 0]  # completed, failed
+        self._window_sources = [0, 0, 0]  # completed, failed, submitted
+        self._stages_started: set[int] = set()
         self._window_start = time.time()
         self.saved: dict[int, list] = {}
         self.loaded: dict[int, int] = {}
@@ -48,6 +52,16 @@ class EventStream:
             self.on_event(type_, **fields)
             self.records += 1
 
+    def chunk_submitted(self, ids: list[str]) -> None:
+        """The chain of Dask tasks for the sources ``ids`` was submitted (``source_start``)."""
+        if self.on_event is None:
+            return
+        if self.records < self.detail_limit:
+            self.emit("source_start", scope="task", count=len(ids), task_id=_task_id(ids),
+                      source_ids=ids[:20])
+        else:
+            self._window_sources[2] += len(ids)
+
     def chunk_done(self, ids: list[str], result: Any) -> None:
         """A Dask task of the last group finished ``ids`` with ``result`` (a GroupResult)."""
         self._checkpoint_totals(result)
@@ -55,6 +69,9 @@ class EventStream:
             return
         failed = [sid for sid in ids if sid in result.failed]
         done = len(ids) - len(failed)
+        for i in sorted(set(result.counts) - self._stages_started):  # once per stage: bounded
+            self._stages_started.add(i)
+            self.emit("stage_start", stage=self.names[i], index=i, task_id=_task_id(ids))
         if self.records < self.detail_limit:
             self._task_records(ids, result, done, failed)
             return
@@ -79,7 +96,7 @@ class EventStream:
             self.notes.append(note)
 
     def _task_records(self, ids: list[str], result: Any, done: int, failed: list[str]) -> None:
-        task_id = ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else "")
+        task_id = _task_id(ids)
         for i, c in sorted(result.counts.items()):
             self.emit("stage_complete", scope="task", stage=self.names[i], index=i,
                       task_id=task_id, sources=len(ids), duration=round(c.seconds, 6),
@@ -89,7 +106,8 @@ class EventStream:
             self.emit("source_complete", scope="task", count=done, task_id=task_id,
                       source_ids=[sid for sid in ids if sid not in result.failed][:20])
         if failed:
-            self.emit("source_failed", scope="task", count=len(failed), source_ids=failed)
+            self.emit("source_failed", scope="task", count=len(failed), task_id=task_id,
+                      source_ids=failed)
 
     def flush_window(self) -> None:
         now = time.time()
@@ -98,13 +116,15 @@ class EventStream:
                       window_start=self._window_start, ended=now, tasks=c.calls,
                       duration=round(c.seconds, 6), rows_in=c.items_in, rows_out=c.items_out,
                       rows_dropped=c.rows_dropped, tasks_in=c.tasks_in, tasks_out=c.tasks_out)
-        done, failed = self._window_sources
+        done, failed, submitted = self._window_sources
+        if submitted:
+            self.emit("source_start", scope="window", count=submitted)
         if done:
             self.emit("source_complete", scope="window", count=done)
         if failed:
             self.emit("source_failed", scope="window", count=failed)
         self._window.clear()
-        self._window_sources = [0, 0]
+        self._window_sources = [0, 0, 0]
         self._window_start = now
 
     def checkpoint_totals(self) -> None:
@@ -131,7 +151,7 @@ class EventStream:
 
     def close(self) -> None:
         """Flush the open window's sums."""
-        if self._window:
+        if self._window or any(self._window_sources):
             self.flush_window()
 
     def checkpoint_summary(self) -> dict[str, Any]:
@@ -141,3 +161,8 @@ class EventStream:
             "loaded": {self.names[i]: n for i, n in sorted(self.loaded.items())},
             "fallbacks": len(self.notes),
         }
+
+
+def _task_id(ids: list[str]) -> str:
+    """How the records name a Dask task: its first source and how many more it holds."""
+    return ids[0] + (f"+{len(ids) - 1}" if len(ids) > 1 else "")

@@ -122,10 +122,12 @@ def build_plan(
 
 
 def plan_document(
-    stages: Sequence[ProcessingStage], plan: ExecutionPlan, stage_checkpoints: dict | None = None
+    stages: Sequence[ProcessingStage], plan: ExecutionPlan, stage_checkpoints: dict | None = None,
+    max_concurrent_partitions: int | str = "auto",
 ) -> dict:
     """``dag_execution_plan.json``: stages with roles, resources and batch sizes, the fusion
-    groups, and the stage checkpoint strategy with its boundaries."""
+    groups, the cap on source partitions in flight, and the stage checkpoint settings
+    (strategy, format, compression, retention) with their boundaries."""
     role = {i: "head" if plan.head_group is None else "head (cluster)" for i in plan.head}
     for g in plan.groups:
         role.update(dict.fromkeys(g.stage_indices, f"group {g.index}"))
@@ -143,6 +145,7 @@ def plan_document(
                            "stage_indices": list(g.stage_indices), "key_prefix": g.label,
                            "resources": g.resource_dict} for g in plan.groups],
         "fuse": plan.fuse,
+        "max_concurrent_partitions": max_concurrent_partitions,
         "stage_checkpoints": {**(stage_checkpoints or {"strategy": "disabled"}),
                               "boundaries": [stages[i].name for i in plan.boundaries]},
     }

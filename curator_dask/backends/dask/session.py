@@ -19,7 +19,7 @@ from typing import Any
 from curator_dask.backends.base import NullObserver, RunObserver, RunOptions
 from curator_dask.backends.dask.adapter import StageCount
 from curator_dask.backends.dask.events import EventStream
-from curator_dask.backends.dask.head import run_head, run_head_on_cluster
+from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import LiveProgress, StageBars, notice, showing
 from curator_dask.backends.dask.result import RunResult
@@ -92,8 +92,10 @@ class DaskRun:
         try:
             self.observer.bind(stop=self.stop.request, progress=self.live.snapshot)
             self.observer.plan_built(
-                plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict()),
+                plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict(),
+                              self.options.max_concurrent_partitions),
                 executor.settings())
+            settle_source(self.stages, self.plan, self.options, self.observer)
             if self.plan.head_group is None:  # file discovery needs no cluster: first
                 self.run_head_on_driver()
             self.connect()
@@ -218,8 +220,7 @@ class DaskRun:
         self.planner = CheckpointPlanner(ckpt, self.stages, self.plan,
                                          self.options.checkpoint_path,
                                          self.options.checkpoint_storage_options)
-        todo_ids = {t._source_id for t in self.todo}
-        self.planner.prepare(t._source_id for t in self.sources if t._source_id not in todo_ids)
+        self.planner.prepare(self.sources, self.todo)
 
     def stream(self) -> list[Any]:
         """Send the stages to the workers once, then stream the sources through them."""

@@ -1,8 +1,9 @@
 """Streaming sources through the cluster: the in-flight window, chunking, drain, worker watch.
 
 At most ``window`` chains (one Dask task per fusion group, over a chunk of sources) are in
-flight; each finished chain submits the next. A stop request lets running chains finish for
-``drain-timeout`` seconds and then cancels them; the sources they held stay pending.
+flight, and with ``max_concurrent_partitions`` at most that many sources across them
+(:mod:`.window`); each finished chain submits the next. A stop request lets running chains
+finish for ``drain-timeout`` seconds and then cancels them; the sources they held stay pending.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from curator_dask import config as _config
 from curator_dask.backends.dask.adapter import failed_among, source_files
 from curator_dask.backends.dask.keys import task_key
+from curator_dask.backends.dask.window import ChunkSizer, PartitionCap
 from curator_dask.backends.dask.worker import GroupResult, run_group
 from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
 from curator_dask.errors import RunStopped, SchedulerLostError
@@ -50,44 +52,6 @@ class StopSignal:
     def reset(self) -> None:
         self.event.clear()
         self.requested = False
-
-
-class ChunkSizer:
-    """How many sources go into one Dask task.
-
-    One task per source costs a few ms of scheduling and messaging, which dominates when
-    sources are tiny. The sizer starts at one source per task and, from the measured time per
-    source, grows chunks toward ``target_seconds`` of work each, without exceeding ``limit`` or
-    leaving threads idle near the end (at most ``remaining / (2 * threads)`` per chunk).
-
-    Example:
-        >>> sizer = ChunkSizer(threads=2)
-        >>> sizer.next_size(1000)
-        1
-        >>> sizer.observe(1, 0.001)
-        >>> sizer.next_size(1000)
-        100
-    """
-
-    def __init__(self, threads: int, limit: int | None = None, target_seconds: float = 0.1):
-        self.threads = max(1, threads)
-        self.limit = limit if limit is not None else 256
-        self.target_seconds = target_seconds
-        self.per_source: float | None = None
-
-    def observe(self, n_sources: int, seconds: float) -> None:
-        if n_sources <= 0 or seconds <= 0:
-            return
-        sample = seconds / n_sources
-        self.per_source = sample if self.per_source is None else (
-            0.7 * self.per_source + 0.3 * sample)
-
-    def next_size(self, remaining: int) -> int:
-        if self.per_source is None or self.limit <= 1:
-            return 1
-        wanted = int(self.target_seconds / self.per_source) if self.per_source > 0 else self.limit
-        spread = max(1, remaining // (2 * self.threads))
-        return max(1, min(wanted, self.limit, spread))
 
 
 class SchedulerWatch:
@@ -198,6 +162,7 @@ class SourceStream:
         threads = sum(workers.values())
         self.workers = workers
         self.window = run.executor.max_in_flight or max(1, 2 * threads)
+        self.cap = PartitionCap(run.options.max_concurrent_partitions)
         self.sizer = ChunkSizer(threads=threads, limit=run.executor.max_sources_per_task)
         self.done = as_completed(with_results=True)
         self.in_flight: dict[Any, list[str]] = {}  # last future of a chain -> its source ids
@@ -220,8 +185,7 @@ class SourceStream:
                             adaptive=self.run_.executor.adapt is not None)
         try:
             self.run_.mark_first_submit()
-            for _ in range(self.window):
-                self._submit_chunk()
+            self._fill()
             for future, result in completed(self.done, self._lost):
                 self._collect(future, result)
         except SchedulerLostError as exc:
@@ -258,13 +222,19 @@ class SourceStream:
                  next((i for i, f in enumerate(chain) if f.status != "finished"), 0))
                 for last, chain in self.chains.items() if last in self.in_flight]
 
-    def _submit_chunk(self) -> None:
+    def _fill(self) -> None:
+        """Submit chunks while fewer than ``window`` chains, and fewer sources than the
+        partition cap, are in flight."""
+        while len(self.in_flight) < self.window and self._submit_chunk():
+            pass
+
+    def _submit_chunk(self) -> bool:
         if self.stop.event.is_set():
-            return
+            return False
         pending = self.pending
-        size = min(len(pending), self.sizer.next_size(self.remaining))
+        size = self.cap.fit(min(len(pending), self.sizer.next_size(self.remaining)))
         if not size:
-            return
+            return False
         self._open_ahead(size)
         chunk = [pending.popleft() for _ in range(size)]
         self.opened -= size
@@ -290,7 +260,10 @@ class SourceStream:
         self.in_flight[previous] = [t._source_id or t.task_id for t in chunk]
         self.files[previous] = source_files(chunk)
         self.run_.live.in_flight(len(chunk))
+        self.cap.took(len(chunk))
+        self.run_.events.chunk_submitted(self.in_flight[previous])  # source_start
         self.done.add(previous)
+        return True
 
     def _open_ahead(self, size: int) -> None:
         """Open the next block of sources in the checkpoint (one call per ``OPEN_BLOCK``)
@@ -309,6 +282,7 @@ class SourceStream:
         ids = self.in_flight.pop(future)
         run = self.run_
         run.live.in_flight(-len(ids))
+        self.cap.released(len(ids))
         raised = future.status == "error"  # before release(), which makes it "cancelled"
         future.release()
         if raised:  # a stage raised: these sources failed, the run ends with its error
@@ -337,7 +311,7 @@ class SourceStream:
         run.events.chunk_done(ids, result)
         if run.planner is not None:
             run.planner.sources_finished(ids, result.failed)
-        self._submit_chunk()
+        self._fill()
 
     def _killed(self, chain: Chain, exc: Any) -> Exception:
         """Dask's ``KilledWorker`` as the run's error, blaming the chain the dead worker was
@@ -366,12 +340,18 @@ class SourceStream:
         or a worker, or between two fusion groups): only running tasks may finish; the sources
         of a cancelled chain stay pending. Returns how many were cancelled."""
         try:
-            running = {k for keys in self.client.run(executing_keys).values() for k in keys}
+            states = [pair for pairs in self.client.run(task_states).values() for pair in pairs]
         except Exception as exc:  # noqa: BLE001 (then every chain drains as before)
             logger.warning("could not ask the workers what runs (%s): queued tasks will run", exc)
             return 0
+        running = {key for key, state in states if state != "memory"}
+        # A chain whose last task already finished is done, not queued: its sources may be
+        # recorded complete by now, so it is collected, never cancelled (the driver's counts
+        # and the checkpoint would disagree).
+        done = {key for key, state in states if state == "memory"}
         unstarted = [last for last, chain in list(self.chains.items())
-                     if not any(f.key in running for f in chain)]
+                     if last.status != "finished" and str(last.key) not in done
+                     and not any(str(f.key) in running for f in chain)]
         if unstarted:
             self.client.cancel([f for last in unstarted for f in self.chains.get(last, ())],
                                force=True)
@@ -384,7 +364,8 @@ def _killed_worker(exc: BaseException) -> bool:
     return isinstance(exc, KilledWorker)
 
 
-def executing_keys(dask_worker: Any) -> list[str]:
-    """The keys a worker is running now (``client.run`` calls it on each worker)."""
-    return [str(key) for key, ts in dask_worker.state.tasks.items()
-            if ts.state in ("executing", "long-running")]
+def task_states(dask_worker: Any) -> list[tuple[str, str]]:
+    """``(key, state)`` of the tasks a worker is running now or holds the result of
+    (``client.run`` calls it on each worker)."""
+    return [(str(key), ts.state) for key, ts in dask_worker.state.tasks.items()
+            if ts.state in ("executing", "long-running", "memory")]

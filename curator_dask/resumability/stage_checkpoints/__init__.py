@@ -8,12 +8,14 @@ later resumes from its deepest checkpoint that still verifies; a checkpoint that
 next shallower one, or the source itself, is used (:mod:`.planner`). No stage is ever skipped:
 the completion deltas stored with a checkpoint are replayed, so task ids and completion counts
 are identical with and without checkpoints. Which boundaries are checkpointed, in which format
-and for how long is :class:`StageCheckpoints` (:mod:`.strategy`).
+and for how long is :class:`StageCheckpoints` (:mod:`.strategy`); how one table is stored
+(Arrow IPC, Parquet or JSON Lines, compressed or not) is :mod:`.formats`.
 """
 
 from __future__ import annotations
 
 from curator_dask.resumability.layout import STAGE_CHECKPOINTS_SUBDIR as SUBDIR
+from curator_dask.resumability.stage_checkpoints.formats import COMPRESSIONS
 from curator_dask.resumability.stage_checkpoints.planner import (
     CheckpointPlanner,
     CheckpointRuntime,
@@ -36,6 +38,7 @@ from curator_dask.resumability.stage_checkpoints.strategy import (
 )
 
 __all__ = [
+    "COMPRESSIONS",
     "FORMATS",
     "FORMAT_VERSION",
     "MANIFEST",

@@ -1,4 +1,18 @@
-"""The driver's side of stage checkpoints: resume candidates per source, retention, cleanup."""
+"""The driver's side of stage checkpoints: resume candidates per source, retention, cleanup.
+
+Retention, precisely (``StageCheckpoints.retention``):
+
+- ``cleanup_on_complete``: a source's entries are deleted as soon as its chain ends without a
+  ``FailedTask``;
+- ``keep_failed_only``: those deletions wait for the end of a run that completed;
+- ``keep_all``: nothing is deleted;
+- ``cleanup_all``: as ``cleanup_on_complete`` while the run runs; when it ends (completed,
+  failed, stopped or interrupted: :meth:`CheckpointPlanner.close`), every entry that remains
+  for the run's sources (failed, pending, cut short; any stage chain) is deleted too. Entries
+  of sources outside the run (another SLURM array shard's) are left alone.
+
+All but ``keep_all`` also delete, at the start, the entries of sources already complete.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +57,7 @@ class CheckpointPlanner:
         ...     SimpleNamespace(index=1, stage_indices=(2,))])
         >>> planner = CheckpointPlanner(StageCheckpoints("every_stage"), stages, plan,
         ...                             "memory://planner-doc/ckpt")
-        >>> planner.prepare(done_source_ids=[])  # one listing; entries of done sources go
+        >>> planner.prepare(sources=[], todo=[])  # one listing; entries of done sources go
         >>> planner.candidates("a1b2")  # nothing saved yet: [(group, stage, fp, entry)]
         []
         >>> planner.sources_finished(["a1b2"], failed=set())  # its entries are deleted
@@ -55,7 +69,8 @@ class CheckpointPlanner:
         from concurrent.futures import ThreadPoolExecutor
 
         self.config = config
-        self.store = StageCheckpointStore(checkpoint_url, storage_options, config.format)
+        self.store = StageCheckpointStore(checkpoint_url, storage_options, config.format,
+                                          config.compression)
         bounds: dict[int, tuple[int, str, str]] = {}
         for group in plan.groups:
             last = group.stage_indices[-1]
@@ -67,10 +82,22 @@ class CheckpointPlanner:
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="curator-dask-ckpt-cleanup")
         self._futures: list[Any] = []
         self._finished: list[str] = []
+        self._run_sources: Any = None  # cleanup_all: the run's sources, as entry names' heads
 
-    def prepare(self, done_source_ids: Iterable[str]) -> None:
-        """List the store once; drop entries of sources already complete (unless keep_all)."""
+    def prepare(self, sources: Sequence[Any], todo: Sequence[Any]) -> None:
+        """List the store once; drop entries of sources already complete (unless keep_all).
+
+        ``sources``: the run's source tasks (its array shard's), opened in the checkpoint;
+        ``todo``: those it is to process, the others are complete. ``cleanup_all`` keeps the
+        ids of ``todo`` (8 bytes an id) to delete what remains of theirs when the run ends.
+        """
         self._listing = self.store.listing()
+        todo_ids = {t._source_id for t in todo}
+        done_source_ids = [t._source_id for t in sources if t._source_id not in todo_ids]
+        if self.config.retention == "cleanup_all":
+            from curator_dask.resumability.completed_set import CompletedSet
+
+            self._run_sources = CompletedSet(entry_source(sid) for sid in todo_ids)
         if self.config.retention != "keep_all":
             # Only what the listing found: a source complete before this run made nothing now.
             self._delete(done_source_ids, made=False)
@@ -98,15 +125,18 @@ class CheckpointPlanner:
     def sources_finished(self, source_ids: Iterable[str], failed: set[str]) -> None:
         """Sources whose chain ended; those without a FailedTask are complete."""
         done = [sid for sid in source_ids if sid not in failed]
-        if self.config.retention == "cleanup_on_complete":
+        if self.config.retention in ("cleanup_on_complete", "cleanup_all"):
             self._delete(done)
         elif self.config.retention == "keep_failed_only":
             self._finished.extend(done)
 
     def close(self, *, run_completed: bool) -> None:
-        """Apply ``keep_failed_only`` at the end of a completed run; wait for deletions."""
+        """Apply ``keep_failed_only`` at the end of a completed run and ``cleanup_all`` at
+        the end of any run; wait for deletions."""
         if run_completed and self.config.retention == "keep_failed_only":
             self._delete(self._finished)
+        if self._run_sources is not None:
+            self._cleanup_all()
         deleted = 0
         for future in self._futures:
             try:
@@ -115,3 +145,18 @@ class CheckpointPlanner:
                 logger.warning("could not delete stage checkpoints: %s", exc)
         self._pool.shutdown()
         logger.debug("stage checkpoints: %d entries deleted", deleted)
+
+    def _cleanup_all(self) -> None:
+        """Every entry of the run's sources that is still there: a second listing (it also
+        sees what workers saved), after the deletions of completed sources finished."""
+        for future in self._futures:
+            future.exception()  # wait; close() reports the failures
+        try:
+            listing = self.store.listing()
+        except OSError as exc:
+            logger.warning("cleanup_all: could not list the stage checkpoints: %s", exc)
+            return
+        names = [name for source, found in listing.items() if source in self._run_sources
+                 for _, _, name in found]
+        if names:
+            self._futures.append(self._pool.submit(self.store.delete, names))

@@ -1,18 +1,18 @@
 """``StageCheckpointStore``: saves, verifies, loads and deletes one source's memoized outputs.
 
 An entry holds the outputs a fusion group produced for one source at a checkpointed boundary:
-one Arrow IPC (or Parquet) file per tabular task, the task shells (ids, metadata, non-tabular
-payloads) in one pickle, and, written last and atomically, ``manifest.json`` with rows,
-schemas, sizes and digests, the chain and input fingerprints, and the completion deltas the
-chain emitted for the source. An entry whose manifest is missing or does not verify raises
-:class:`CheckpointUnusable`.
+one Arrow IPC, Parquet or JSON Lines file per tabular task (:mod:`.formats`: the format and
+its compression), the task shells (ids, metadata, non-tabular payloads) in one pickle, and,
+written last and atomically, ``manifest.json`` with rows, schemas, sizes and digests, the
+chain and input fingerprints, and the completion deltas the chain emitted for the source. An
+entry whose manifest is missing or does not verify raises :class:`CheckpointUnusable`.
 
 Layout (flat, so one listing finds everything)::
 
     <checkpoint>/.curator_dask/stage_checkpoints/<source id>--<stage index:03d>-<chain fp>/
         manifest.json      # written last: its presence is the commit
         tasks.pkl          # task shells (data removed for tabular tasks)
-        part-00000.arrow   # one file per tabular task (.parquet with format="parquet")
+        part-00000.arrow   # one file per tabular task (.parquet, .jsonl or .jsonl.gz)
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import io
 import json
 import re
 import sys
@@ -32,6 +31,12 @@ import fsspec
 
 from curator_dask.resumability.fingerprint import input_fingerprints, stage_fingerprint
 from curator_dask.resumability.layout import STAGE_CHECKPOINTS_SUBDIR
+from curator_dask.resumability.stage_checkpoints.formats import (
+    check_compression,
+    decode_table,
+    encode_table,
+    file_suffix,
+)
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -120,14 +125,16 @@ class StageCheckpointStore:
     """
 
     def __init__(self, checkpoint_url: str, storage_options: dict | None = None,
-                 fmt: str = "arrow") -> None:
+                 fmt: str = "arrow", compression: str | None = None) -> None:
         self.url = f"{checkpoint_url.rstrip('/')}/{STAGE_CHECKPOINTS_SUBDIR}"
         self.storage_options = dict(storage_options or {})
         self.format = fmt
+        self.compression = check_compression(fmt, compression)
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "format": self.format}
+        return {"url": self.url, "storage_options": self.storage_options, "format": self.format,
+                "compression": self.compression}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -184,14 +191,14 @@ class StageCheckpointStore:
                 shells.append((None, task))
                 continue
             table = task.data if kind == "arrow" else pa.Table.from_pandas(task.data)
-            file = f"part-{i:05d}.{'arrow' if self.format == 'arrow' else 'parquet'}"
-            data = _encode_table(table, self.format)
+            file = f"part-{i:05d}.{file_suffix(self.format, self.compression)}"
+            data, stored_as = encode_table(table, self.format, self.compression)
             write_atomic(self.fs, self._path(name, file), lambda f, d=data: f.write(d),
                          fsync=False)
             # the digest of the bytes written, taken from memory: no second read of the file
             files.append({"file": file, "task_id": task.task_id, "rows": table.num_rows,
                           "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                          "kind": kind, "schema": str(table.schema)})
+                          "kind": kind, "schema": str(table.schema), **stored_as})
             shell = copy.copy(task)  # no __init__: validation would refuse data=None
             shell.data = None
             shells.append((file, shell))
@@ -290,13 +297,8 @@ class StageCheckpointStore:
             raise CheckpointUnusable(f"{file} does not match the sha256 digest recorded when "
                                      "it was written (the file is damaged)")
         try:
-            if file.endswith(".arrow"):
-                table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
-            else:
-                import pyarrow.parquet as pq
-
-                table = pq.read_table(pa.BufferReader(raw))
-        except (pa.ArrowException, OSError) as exc:
+            table = decode_table(raw, file, meta)
+        except (pa.ArrowException, OSError, ValueError, EOFError) as exc:  # gzip: EOFError
             raise CheckpointUnusable(f"{file} does not read: {exc}") from exc
         if table.num_rows != meta["rows"]:
             raise CheckpointUnusable(
@@ -315,17 +317,3 @@ class StageCheckpointStore:
                 removed += 1
         return removed
 
-
-def _encode_table(table: Any, fmt: str) -> bytes:
-    """A table as Arrow IPC file bytes (``arrow``) or Parquet bytes."""
-    import pyarrow as pa
-
-    buf = io.BytesIO()
-    if fmt == "arrow":
-        with pa.ipc.new_file(buf, table.schema) as writer:
-            writer.write_table(table)
-    else:
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, buf)
-    return buf.getvalue()

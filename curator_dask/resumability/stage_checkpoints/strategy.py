@@ -1,4 +1,5 @@
-"""``StageCheckpoints``: which stage boundaries memoize their outputs, in which format, how long."""
+"""``StageCheckpoints``: which stage boundaries memoize their outputs, in which format and
+compression, and for how long."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from curator_dask.resumability.stage_checkpoints.formats import (
+    COMPRESSIONS,
+    FORMATS,
+    check_compression,
+)
+
 STRATEGIES = ("disabled", "every_stage", "every_n_stages", "manual")
-RETENTIONS = ("cleanup_on_complete", "keep_all", "keep_failed_only")
-FORMATS = ("arrow", "parquet")
+RETENTIONS = ("cleanup_on_complete", "keep_all", "keep_failed_only", "cleanup_all")
+FIELDS = ("strategy", "n", "stages", "format", "retention", "compression")
 
 @dataclasses.dataclass(frozen=True)
 class StageCheckpoints:
@@ -19,11 +26,18 @@ class StageCheckpoints:
             or ``manual`` (with ``stages``: stage names).
         n: for ``every_n_stages``: checkpoint after every n-th stage after the source.
         stages: for ``manual``: names of the stages after which to checkpoint.
-        format: ``arrow`` (Arrow IPC, default: fastest to write and read) or ``parquet``
-            (smaller on disk).
+        format: ``arrow`` (Arrow IPC, default: fastest to write and read), ``parquet``
+            (smaller on disk) or ``jsonl`` (JSON Lines, readable with any tool; the Arrow
+            schema is kept in the manifest, so the table comes back with its types).
         retention: ``cleanup_on_complete`` (default: a source's checkpoints are deleted as
             soon as it completes), ``keep_failed_only`` (kept until the run ends, then deleted
-            for every source that completed), or ``keep_all``.
+            for every source that completed), ``keep_all``, or ``cleanup_all`` (as
+            ``cleanup_on_complete`` while the run runs; when it ends, however it ends, every
+            remaining checkpoint of its sources is deleted too).
+        compression: of the data files, one the format supports: ``arrow``: ``none``
+            (default), ``lz4``, ``zstd``; ``parquet``: ``snappy`` (default), ``gzip``,
+            ``zstd``, ``none``; ``jsonl``: ``none`` (default), ``gzip``. ``None``: the
+            format's default.
 
     The sink is never a boundary (its output is the result), nor is the source (it only lists
     files). Unknown values are rejected, naming the valid ones.
@@ -42,6 +56,7 @@ class StageCheckpoints:
     stages: tuple[str, ...] = ()
     format: str = "arrow"
     retention: str = "cleanup_on_complete"
+    compression: str | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -55,6 +70,8 @@ class StageCheckpoints:
         if self.format not in FORMATS:
             msg = f"stage checkpoint format {self.format!r} is not one of {', '.join(FORMATS)}"
             raise ValueError(msg)
+        object.__setattr__(self, "compression", check_compression(self.format,
+                                                                  self.compression))
         if self.strategy == "every_n_stages":
             if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
                 msg = f"every_n_stages needs n, a whole number of at least 1 (got {self.n!r})"
@@ -80,10 +97,10 @@ class StageCheckpoints:
         if isinstance(value, str):
             return cls(strategy=value)
         if isinstance(value, dict):
-            unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+            unknown = sorted(set(value) - set(FIELDS))
             if unknown:
-                msg = (f"unknown stage checkpoint settings {unknown}; known: strategy, n, "
-                       "stages, format, retention")
+                msg = (f"unknown stage checkpoint settings {unknown}; known: "
+                       f"{', '.join(FIELDS)}")
                 raise ValueError(msg)
             return cls(**value)
         msg = (f"stage_checkpoints must be a strategy name, a dict or StageCheckpoints, "
@@ -96,7 +113,17 @@ class StageCheckpoints:
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "n": self.n, "stages": list(self.stages),
-                "format": self.format, "retention": self.retention}
+                "format": self.format, "compression": self.compression,
+                "retention": self.retention}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a job's strict resume compares: :meth:`to_dict`, less a compression that is
+        the format's default, so that a job recorded before ``compression`` existed (with
+        the same settings) still resumes."""
+        settings = self.to_dict()
+        if settings["compression"] == COMPRESSIONS[self.format][0]:
+            del settings["compression"]
+        return settings
 
     def boundaries(self, stages: Sequence[Any]) -> tuple[int, ...]:
         """Indices of the built ``stages`` after which outputs are checkpointed."""

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import fsspec
 
+from curator_dask.partitions.spec import PartitionSpec, refuse_with_file_grouping
 from curator_dask.stages.base import CompositeStage, ProcessingStage
 from curator_dask.stages.file_partitioning import FilePartitioningStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
@@ -37,9 +38,17 @@ class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
     def read_files(self, paths: list[str]) -> Any:
         raise NotImplementedError
 
+    def read_pieces(self, pieces: list[dict[str, Any]]) -> Any:
+        """The rows of a ``RowRangeTask``'s pieces (each ``path``, ``start_row``, ``end_row``,
+        and for JSONL ``start_byte``/``end_byte``), read as ranges only."""
+        raise NotImplementedError
+
     def process(self, task: FileGroupTask) -> DocumentBatch:
-        data = self.read_files(task.data)
-        if (data is None or len(data) == 0) and not self.allow_empty:
+        config = getattr(task, "reader_config", None)
+        pieces = config.get("pieces") if isinstance(config, dict) else None
+        data = self.read_pieces(pieces) if pieces else self.read_files(task.data)
+        # a row range of blank lines holds no document: no error, unlike an empty file
+        if (data is None or len(data) == 0) and not self.allow_empty and not pieces:
             raise ValueError(self._no_data_message(task))
         # The same metadata dict flows on, so source_files reaches the writer (NeMo behaviour).
         return DocumentBatch(dataset_name=task.dataset_name, data=data, _metadata=task._metadata)
@@ -79,6 +88,10 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
     (``s3://``, ``gs://``, ...). Without them a remote reader takes config
     ``io.storage-options`` (``run --storage-option``) when it is made; see
     docs/object-stores.md.
+
+    ``partition=``: row ranges inside files instead of whole files
+    (``{"mode": "manual", "num_of_partitions": N}`` or ``{"mode": "auto", ...}``; see
+    ``FilePartitioningStage`` and docs/partitions-inside-files.md); each range is read alone.
     """
 
     file_paths: str | list[str] = ""
@@ -91,11 +104,15 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
     allow_empty: bool = False
     name: str = "reader"
     allow_no_files: bool = False
+    partition: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.task_type != "document":
             msg = f"task_type={self.task_type!r} is not supported; only 'document' is"
             raise NotImplementedError(msg)
+        spec = PartitionSpec.coerce(self.partition)
+        refuse_with_file_grouping(spec, self.files_per_partition, self.blocksize)
+        self.partition = spec.to_dict() if spec is not None else None
         if self.read_kwargs is None:
             self.read_kwargs = {}
         if isinstance(self.read_kwargs, dict) and self.read_kwargs.get("storage_options") is None:
@@ -120,6 +137,7 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
             file_extensions=self.file_extensions or self.default_extensions(),
             storage_options=(self.read_kwargs or {}).get("storage_options"),
             allow_no_files=self.allow_no_files,
+            partition=self.partition,
         )
         return [partitioning, self.reader_stage()]
 
@@ -129,6 +147,8 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
             parts.append(f"with {self.files_per_partition} files per partition")
         elif self.blocksize:
             parts.append(f"with target blocksize {self.blocksize}")
+        elif self.partition:
+            parts.append(f"in row-range partitions {self.partition}")
         if self.fields:
             parts.append(f"reading columns: {self.fields}")
         return ", ".join(parts)

@@ -166,9 +166,11 @@ class JsonlReaderStage(BaseReaderStage):
                     continue
                 raise
 
-    def _read_repaired(self, path: str, raw: bytes, exc: Exception) -> pa.Table:
-        """The slow path after a failed read: name the bad line, or read the repaired bytes."""
-        repaired = self._repair_utf8(path, raw)
+    def _read_repaired(self, path: str, raw: bytes, exc: Exception,
+                       first_line: int = 1) -> pa.Table:
+        """The slow path after a failed read: name the bad line (``raw`` starts at line
+        ``first_line`` of the file), or read the repaired bytes."""
+        repaired = self._repair_utf8(path, raw, first_line)
         if repaired is not None:
             try:
                 table = self._parse(repaired)
@@ -178,15 +180,15 @@ class JsonlReaderStage(BaseReaderStage):
                 exc, raw = again, repaired
         bad = _first_bad_line(raw)
         if bad is not None:
-            msg = f"Malformed JSON in {path} at line {bad[0]}: {bad[1]}"
+            msg = f"Malformed JSON in {path} at line {bad[0] + first_line - 1}: {bad[1]}"
             raise MalformedJsonError(msg) from exc
         msg = f"Could not read JSONL file {path}: {exc}"
         raise MalformedJsonError(msg) from exc
 
-    def _repair_utf8(self, path: str, raw: bytes) -> bytes | None:
+    def _repair_utf8(self, path: str, raw: bytes, first_line: int = 1) -> bytes | None:
         """``None`` when ``raw`` is UTF-8; else raise, or the bytes with the bad lines replaced
         or blanked (so line numbers stay), as ``invalid_utf8`` says, counting them."""
-        bad = _invalid_utf8_lines(raw)
+        bad = [n + first_line - 1 for n in _invalid_utf8_lines(raw)]
         if not bad:
             return None
         if self.invalid_utf8 == "error":
@@ -200,7 +202,7 @@ class JsonlReaderStage(BaseReaderStage):
             drop = set(bad)
             lines = raw.splitlines()
             repaired = b"\n".join(b"" if i in drop else line
-                                  for i, line in enumerate(lines, start=1))
+                                  for i, line in enumerate(lines, start=first_line))
         done = "replaced" if self.invalid_utf8 == "replace" else "skipped"
         self._log_metric(f"invalid_utf8_lines_{done}", len(bad))
         logger.warning("%s: %d line(s) with invalid UTF-8 %s (first: line %d)",
@@ -225,18 +227,61 @@ class JsonlReaderStage(BaseReaderStage):
             msg = f"Could not read JSONL file {path}: {exc}"
             raise MalformedJsonError(msg) from exc
 
+    def read_pieces(self, pieces: list[dict[str, Any]]) -> Any:
+        """Each piece's byte range alone (``fs.cat_file``: a range request on object stores),
+        parsed as a file would be; a bad line is named by its line in the file."""
+        opts = self.read_kwargs.get("storage_options") or {}
+        engine = self.read_kwargs.get("engine", "pyarrow_direct")
+        read = []
+        for piece in pieces:
+            fs, fs_path = fsspec.core.url_to_fs(piece["path"], **opts)
+            raw = fs.cat_file(fs_path, start=piece["start_byte"], end=piece["end_byte"])
+            if not raw.strip():
+                continue  # blank lines only: no document
+            reader = self._arrow_bytes if engine == "pyarrow_direct" else self._pandas_bytes
+            read.append((piece["path"], reader(piece["path"], raw, piece["start_row"] + 1)))
+        if not read:
+            return pa.table({})
+        return self._combined(read, [p["path"] for p in pieces], engine)
+
+    def _arrow_bytes(self, path: str, raw: bytes, first_line: int) -> pa.Table:
+        try:
+            table = self._parse(raw)
+            table.validate(full=True)
+            return table
+        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+            return self._read_repaired(path, raw, exc, first_line)
+
+    def _pandas_bytes(self, path: str, raw: bytes, first_line: int) -> Any:
+        import pandas as pd
+
+        kwargs = {k: v for k, v in self.read_kwargs.items()
+                  if k not in ("engine", "lines", "compression", "storage_options")}
+        repaired = self._repair_utf8(path, raw, first_line)
+        try:
+            return pd.read_json(io.BytesIO(raw if repaired is None else repaired), lines=True,
+                                **kwargs)
+        except ValueError as exc:
+            msg = f"Could not read JSONL file {path} from line {first_line}: {exc}"
+            raise MalformedJsonError(msg) from exc
+
     def read_files(self, paths: list[str]) -> Any:
         engine = self.read_kwargs.get("engine", "pyarrow_direct")
         if engine != "pyarrow_direct":
+            return self._combined([(p, self._read_pandas(p)) for p in paths], paths, engine)
+        return self._combined([(p, self._read_arrow(p)) for p in paths], paths, engine)
+
+    def _combined(self, read: list[tuple[str, Any]], paths: list[str], engine: str) -> Any:
+        """The tables (frames) read, ``fields`` selected, concatenated."""
+        if engine != "pyarrow_direct":
             import pandas as pd
 
-            frames = [self._read_pandas(p) for p in paths]
+            frames = [f for _, f in read]
             if self.fields is not None:
                 frames = [f[[c for c in self.fields if c in f.columns]] for f in frames]
             return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         tables = []
-        for path in paths:
-            table = self._read_arrow(path)
+        for path, table in read:
             if self.fields is not None:
                 existing = [c for c in self.fields if c in table.column_names]
                 missing = [c for c in self.fields if c not in table.column_names]
@@ -271,6 +316,17 @@ class JsonlReader(BaseReader):
     invalid_utf8: str = "error"
 
     format_name = "JSONL"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.partition is None:
+            return  # read_kwargs may be any mapping-like object a user passes (not only a dict)
+        compression = (self.read_kwargs or {}).get("compression", "infer")
+        if compression not in (None, "infer"):
+            msg = (f"partition= cuts files at line boundaries, which compression="
+                   f"{compression!r} does not allow (a compressed file is read whole); leave "
+                   "compression to be inferred from the file names, or set partition=None")
+            raise ValueError(msg)
 
     def default_extensions(self) -> list[str]:
         return [".jsonl", ".json"]

@@ -267,6 +267,23 @@ class ParquetReaderStage(BaseReaderStage):
             return pa.table({c: [] for c in columns or []})
         return pa.concat_tables(tables, promote_options="permissive")
 
+    def read_pieces(self, pieces: list[dict[str, Any]]) -> Any:
+        """Each piece's rows: the row groups that hold them, sliced (``filters`` after)."""
+        from curator_dask.partitions.parquet import read_rows
+
+        columns = self.fields if self.fields is not None else self.read_kwargs.get("columns")
+        filters = self.read_kwargs.get("filters")
+        opts = self.read_kwargs.get("storage_options") or {}
+        tables = []
+        for piece in pieces:
+            fs, fs_path = fsspec.core.url_to_fs(piece["path"], **opts)
+            table = read_rows(fs, fs_path, piece["start_row"], piece["end_row"], columns)
+            if filters is not None:
+                table = table.filter(pq.filters_to_expression(filters))
+            where = f"{piece['path']} (rows {piece['start_row']}-{piece['end_row']})"
+            tables.append(self._checked_utf8(where, table))
+        return pa.concat_tables(tables, promote_options="permissive")
+
     def _checked_utf8(self, path: str, table: pa.Table) -> pa.Table:
         """``table`` if its strings are UTF-8; else raise, or the table with the bad rows
         replaced or dropped, as ``invalid_utf8`` says, counting them."""
