@@ -97,6 +97,17 @@ class JobDirectory:
             inputs = json.load(f)
         return config, inputs
 
+    def recorded_checkpoint(self) -> str | None:
+        """The checkpoint path the job recorded, so that ``--resume`` needs no
+        ``--checkpoint-path`` again; ``None`` when the job has none readable (a resume of a
+        job that does not exist then fails as before, naming the token)."""
+        try:
+            config, _ = self.load()
+        except (OSError, ValueError):
+            return None
+        path = (config.get("settings") or {}).get("checkpoint")
+        return path if isinstance(path, str) and path else None
+
     def recorded_verify_content(self) -> bool | None:
         """The input verification mode the job was created with: ``True`` for content (its
         saved inputs carry a sha256), ``False`` for fingerprint, ``None`` when it saved no

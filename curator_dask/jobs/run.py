@@ -95,6 +95,8 @@ class JobRun(RunObserver):
         self.job_id = validate_job_id(resume or job_id or new_job_id())
         self.resumed = resume is not None
         self.directory = JobDirectory(work_dir, self.job_id)
+        if checkpoint_path is None and self.resumed:
+            checkpoint_path = self.directory.recorded_checkpoint()  # the job's own, if it had one
         self.checkpoint_path = checkpoint_path or os.path.join(self.directory.path, "checkpoint")
         self.stages = list(stages)
         self.settings = dict(settings or {})

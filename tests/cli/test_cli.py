@@ -199,6 +199,14 @@ def test_cli_runs_are_jobs_with_a_resume_token(tmp_path):
         refused.stderr)
     plain = cli("run", "p.yaml", "--workers", "1", "--no-job", cwd=tmp_path)
     assert plain.returncode == 0 and "job " not in plain.stdout
+    # a job with a checkpoint of its own: --resume finds it without --checkpoint-path
+    own = cli("run", "p.yaml", "--workers", "1", "--job-id", "demo-2", "--checkpoint-path",
+              "own-ckpt", cwd=tmp_path)
+    assert own.returncode == 0, own.stderr
+    resumed = cli("run", "p.yaml", "--workers", "1", "--resume", "demo-2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 source partitions: 2 already complete (skipped), 0 to process" in resumed.stderr
+    assert not (tmp_path / "curator-dask-jobs" / "demo-2" / "checkpoint").exists()
 
 
 # -- exit codes (docs/guarantees.md "Exit codes of python -m curator_dask") --------------------

@@ -47,6 +47,18 @@ PIPELINE = textwrap.dedent("""
 """)
 
 
+def failing_shard(input_dir: Path, total: int) -> int:
+    """Shard 2, or the first shard that gets a source: which shard a file's source falls in
+    depends on its absolute path (its id "0_<hash of the path>", docs/design/contract.md §5.4),
+    so under some temporary folders shard 2 gets none and could not fail."""
+    from curator_dask.resumability.partitioning import single_file_id
+    from curator_dask.slurm.array import shard_for_task
+
+    used = {shard_for_task(f"0_{single_file_id(str(p))}", total)
+            for p in sorted(input_dir.glob("*.jsonl"))}
+    return 2 if 2 in used else min(used)
+
+
 def needs_cpus(n: int, what: str) -> None:
     """Skip, naming the CPUs needed, when the local SLURM's node has fewer than ``n``: a job
     that can never be scheduled would sit pending until the test's deadline."""
@@ -62,9 +74,10 @@ def test_array_failure_retry_submit_and_union(tmp_path):
     (tmp_path / "logs").mkdir()
     job_opts = ["--cpus-per-task", "1", "--time", "00:05:00", "--output",
                 str(tmp_path / "logs" / "%A_%a.log")]
+    failing = failing_shard(tmp_path / "input", 4)
     submitted = cli("slurm", "submit", "array_pipe.py:build", "--array", "0-3",
                     "--checkpoint-path", "ckpt", *job_opts, cwd=tmp_path,
-                    env={"TEST_FAIL_SHARD": "2"})
+                    env={"TEST_FAIL_SHARD": str(failing)})
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
     assert job_id.isdigit()
@@ -73,13 +86,13 @@ def test_array_failure_retry_submit_and_union(tmp_path):
 
     retry = cli("slurm", "retry", "--checkpoint-path", "ckpt", cwd=tmp_path)
     assert retry.returncode == 0, retry.stderr + logs
-    assert retry.stdout == "2\n", logs
+    assert retry.stdout == f"{failing}\n", logs
     fields = cli("slurm", "retry", "--checkpoint-path", "ckpt", "--format", "fields",
                  cwd=tmp_path)
-    assert fields.stdout == "2 0 0 4\n"
+    assert fields.stdout == f"{failing} 0 0 4\n"
     markers = list((tmp_path / "ckpt" / ".nemo_curator_metadata" / ".failed_tasks").rglob(
         "failed_tasks.json"))
-    assert [m.parent.name for m in markers] == ["shard_2"]
+    assert [m.parent.name for m in markers] == [f"shard_{failing}"]
 
     resubmitted = cli("slurm", "retry", "--checkpoint-path", "ckpt", "--submit",
                       "array_pipe.py:build", *job_opts, cwd=tmp_path)
