@@ -22,10 +22,9 @@ pytestmark = pytest.mark.slow
 
 DASK = str(Path(sys.executable).with_name("dask"))
 
-PIPELINE = textwrap.dedent("""
-    import os
+SHOUT_STAGES = textwrap.dedent("""
     from dataclasses import dataclass
-    from curator_dask import JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+    from curator_dask import ProcessingStage
     from shout_helpers import shout
 
     @dataclass
@@ -36,6 +35,9 @@ PIPELINE = textwrap.dedent("""
             frame["text"] = frame["text"].map(shout)
             task.data = frame
             return task
+""")
+PIPELINE = "import os\n" + SHOUT_STAGES + textwrap.dedent("""
+    from curator_dask import JsonlReader, JsonlWriter, Pipeline
 
     def build():
         return (Pipeline(name="external").add_stage(JsonlReader(file_paths="input"))
@@ -114,20 +116,6 @@ def test_stages_of_a_pipeline_file_reach_workers_that_cannot_import_it(tmp_path,
     assert len(texts) == 6 and all(t == t.upper() for t in texts)
 
 
-SHOUT_STAGES = textwrap.dedent("""
-    from dataclasses import dataclass
-    from curator_dask import ProcessingStage
-    from shout_helpers import shout
-
-    @dataclass
-    class Shout(ProcessingStage):
-        name: str = "shout"
-        def process(self, task):
-            frame = task.to_pandas()
-            frame["text"] = frame["text"].map(shout)
-            task.data = frame
-            return task
-""")
 SHOUT_YAML = textwrap.dedent("""
     stages:
       - _target_: curator_dask.stages.text.io.reader.JsonlReader
