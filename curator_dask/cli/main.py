@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from curator_dask.cli import checkpoint, jobs, run_command, slurm
+from curator_dask.cli import checkpoint, dedup, jobs, run_command, slurm
 from curator_dask.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PROG, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: ``run``, ``status``, ``stop``, ``report``, ``checkpoint``,
-    ``slurm``, in that order."""
+    ``slurm``, ``dedup``, in that order."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Run NeMo-Curator-style data-curation pipelines on Dask.",
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(sub)
     checkpoint.register(sub)
     slurm.register(sub)
+    dedup.register(sub)
     return parser
 
 

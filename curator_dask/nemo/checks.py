@@ -1,6 +1,7 @@
 """What cannot run on the Dask executor is refused before anything runs, naming the stage and
-why: stages that need Ray, and NeMo writers whose ``mode="overwrite"`` would lose the outputs of
-sources the checkpoint skips."""
+why: stages that need Ray (and readers with ids on a NeMo Curator version whose id generator
+:mod:`.ids` does not redirect), and NeMo writers whose ``mode="overwrite"`` would lose the
+outputs of sources the checkpoint skips."""
 
 from __future__ import annotations
 
@@ -31,9 +32,12 @@ def ray_only_reason(stage: Any) -> str | None:
     """
     if not is_nemo(stage):
         return None
-    if getattr(stage, "_generate_ids", False) or getattr(stage, "_assign_ids", False):
-        return ("it generates ids through NeMo's Ray IdGenerator actor (_generate_ids / "
-                "_assign_ids); use AddId for deterministic ids instead")
+    from curator_dask.nemo import ids
+
+    if ids.uses_ids(stage):  # NeMo's Ray IdGenerator, redirected to Dask where supported
+        reason = ids.unsupported_reason()
+        if reason is not None:
+            return reason
     spec_of = getattr(stage, "ray_stage_spec", None)
     spec = spec_of() if callable(spec_of) else {}
     for key, why in _RAY_ONLY.items():

@@ -8,6 +8,9 @@ Runs on other executors keep NeMo's own path. The hook is installed only for the
 versions and the method signature it was written against; on any other version a
 checkpointed run on a ``DaskExecutor`` fails with one line naming the supported versions,
 so it can never fall into Ray's path and leave an empty checkpoint behind.
+
+:func:`install` also installs the id generator's redirects (:mod:`curator_dask.nemo.ids`);
+:func:`watch` patches a NeMo module now, or right after the user first imports it.
 """
 
 from __future__ import annotations
@@ -17,23 +20,37 @@ import importlib.util
 import inspect
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 SUPPORTED_VERSIONS = ("1.4",)  # NeMo Curator minor versions whose Pipeline.run is hooked
 PIPELINE_MODULE = "nemo_curator.pipeline.pipeline"
 _METHOD = "_run_with_resumability"
 _PARAMETERS = ["self", "executor", "initial_tasks", "checkpoint_path"]
-_lock = threading.Lock()
+_lock = threading.RLock()
+_pending: dict[str, Callable[[Any], None]] = {}  # module name -> its patch, until imported
 
 
 def install() -> None:
-    """Hook NeMo's ``Pipeline`` now if its module is loaded, else as soon as it is imported."""
+    """Hook NeMo's ``Pipeline`` now if its module is loaded, else as soon as it is imported;
+    the same for the id generator's redirects (:mod:`curator_dask.nemo.ids`)."""
+    watch(PIPELINE_MODULE, _patch)
+    from curator_dask.nemo import ids
+
+    ids.install()
+
+
+def watch(name: str, patch: Callable[[Any], None]) -> None:
+    """Call ``patch(module)`` for NeMo's module ``name`` now if it is loaded, else right after
+    it is first imported (one import watcher on ``sys.meta_path`` serves every name)."""
     with _lock:
-        module = sys.modules.get(PIPELINE_MODULE)
-        if module is not None:
-            _patch(module)
-        elif not any(isinstance(f, _ImportWatcher) for f in sys.meta_path):
-            sys.meta_path.insert(0, _ImportWatcher())
+        module = sys.modules.get(name)
+        if module is None:
+            _pending.setdefault(name, patch)
+            if not any(isinstance(f, _ImportWatcher) for f in sys.meta_path):
+                sys.meta_path.insert(0, _ImportWatcher())
+            return
+    patch(module)
 
 
 def nemo_version() -> str:
@@ -82,27 +99,30 @@ def _patch(module: Any) -> None:
 
 
 class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Patches NeMo's pipeline module right after it is first imported (then steps aside)."""
+    """Patches watched NeMo modules right after they are first imported (then steps aside)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != PIPELINE_MODULE:
-            return None
         with _lock:
-            if self in sys.meta_path:
+            # popped first: the find_spec below comes back through this finder
+            patch = _pending.pop(fullname, None)
+            if patch is None:
+                return None
+            if not _pending and self in sys.meta_path:
                 sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader)
+            spec.loader = _PatchingLoader(spec.loader, patch)
         return spec
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, patch: Callable[[Any], None]) -> None:
         self.loader = loader
+        self.patch = patch
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)
-        _patch(module)
+        self.patch(module)

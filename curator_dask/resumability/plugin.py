@@ -227,6 +227,8 @@ class CompletionPlugin(SchedulerPlugin):
                 final.update(dict.fromkeys(done, True))
                 final.update(dict.fromkeys(undone, False))
             try:
+                if any(final.values()):
+                    self._save_dependents()
                 self.store.update(add=[sid for sid, ok in final.items() if ok],
                                   remove=[sid for sid, ok in final.items() if not ok])
                 self.store.maybe_publish()
@@ -235,6 +237,15 @@ class CompletionPlugin(SchedulerPlugin):
             with self._cv:
                 self._committed += len(entries)
                 self._cv.notify_all()
+
+    def _save_dependents(self) -> None:
+        """Save first what the completions about to be committed depend on: the run's id
+        registry (``curator_dask.dedup.id_generator_plugin``), so a resumed run that skips a
+        completed source finds the ids that source's outputs hold."""
+        for plugin in list(self.scheduler.plugins.values()):
+            save = getattr(plugin, "save_before_completions", None)
+            if save is not None:
+                save(self.run_id)
 
     def _wait_committed(self, target: int) -> None:
         with self._cv:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from curator_dask.backends.dask.session import performance_report
+from curator_dask.backends.dask.perf_report import performance_report
 
 pytestmark = pytest.mark.slow
 

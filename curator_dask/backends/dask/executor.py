@@ -7,9 +7,12 @@ are in :mod:`.session`, every way to get a cluster in :mod:`.clusters`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from curator_dask import config as _config
@@ -26,7 +29,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DaskExecutor", "RunResult"]
+__all__ = ["DaskExecutor", "RunResult", "any_started"]
+
+# The executors of this process with a started cluster (NeMo's id generator functions go to
+# Dask while one is: curator_dask/nemo/ids.py).
+_STARTED: weakref.WeakSet[DaskExecutor] = weakref.WeakSet()
+
+
+def any_started() -> bool:
+    """Whether a ``DaskExecutor`` of this process has a started cluster."""
+    return any(e._provisioned is not None for e in list(_STARTED))
 
 
 class DaskExecutor(BaseExecutor):
@@ -145,6 +157,36 @@ class DaskExecutor(BaseExecutor):
         return self._provisioned.client if self._provisioned is not None else None
 
     @property
+    def client(self) -> Client | None:
+        """The ``distributed.Client`` of the started cluster, or ``None`` before
+        :meth:`start` (workflows run their dask.dataframe phases on it)."""
+        return self._client
+
+    @contextlib.contextmanager
+    def kept_open(self) -> Iterator[Client]:
+        """Start the cluster and keep it across the runs made inside the block.
+
+        A workflow of several pipeline runs and dask.dataframe phases uses it so that they
+        share one cluster; the cluster is closed at the end of the block only if the executor
+        was not already entered (``with executor:``) by the caller.
+
+        Example:
+            >>> # with executor.kept_open() as client: ...
+        """
+        with self._lock:
+            was_entered = self._entered
+            client = self.start()
+            self._entered = True
+        try:
+            yield client
+        finally:
+            if not was_entered:
+                with self._lock:
+                    self._entered = False
+                    if not self._runs:
+                        self.close()
+
+    @property
     def cluster(self) -> Any:
         """The cluster object this executor started (``LocalCluster``, the SLURM cluster
         handle, the ``SLURMRunner``), or ``None``."""
@@ -202,6 +244,7 @@ class DaskExecutor(BaseExecutor):
                 dashboard_address=self.dashboard_address,
                 dashboard_requested=self._dashboard_requested,
                 scheduler_file=self.scheduler_file, cluster_kwargs=self.cluster_kwargs))
+            _STARTED.add(self)
             if kind == "slurm" and self.max_in_flight is None:
                 # Sized for the cluster's full size, not for the workers that happen to have
                 # joined when the run starts (none, for an adaptive cluster of minimum 0).
@@ -225,6 +268,7 @@ class DaskExecutor(BaseExecutor):
         """Close the cluster this executor started (a given client is left open)."""
         with self._lock:
             found, self._provisioned = self._provisioned, None
+            _STARTED.discard(self)
         if found is not None:
             found.stack.close()
 

@@ -9,20 +9,21 @@ of one run").
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from curator_dask.backends.base import NullObserver, RunObserver, RunOptions
 from curator_dask.backends.dask.adapter import StageCount
 from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
+from curator_dask.backends.dask.perf_report import performance_report
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import LiveProgress, StageBars, notice, showing
 from curator_dask.backends.dask.result import RunResult
+from curator_dask.dedup.id_generator_run import ids_for_run
 from curator_dask.errors import (
     ResourceUnavailableError,
     RunStopped,
@@ -52,6 +53,7 @@ class DaskRun:
         self.started = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.run_id = uuid.uuid4().hex[:12]
+        self.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails before start
         self.initial = list(initial_tasks or [EmptyTask()])
         # Initial tasks given (URLs, archives, file groups): the head is real work, run on the
         # cluster; from the implicit EmptyTask it discovers files, on the driver.
@@ -161,6 +163,7 @@ class DaskRun:
 
     def connect(self) -> None:
         self.client = self.executor.start()
+        self.ids.install(self.client)  # the id generator on the scheduler, before any source
         self.mark("cluster")
         self.live.scheduler = getattr(getattr(self.client, "scheduler", None), "address", None)
         self.live.dashboard = self.executor.dashboard_link()
@@ -266,6 +269,7 @@ class DaskRun:
                 self.summary = self.completion.close()
             except Exception as exc:  # noqa: BLE001 (do not hide the run's own error)
                 logger.error("resumability: could not flush the checkpoint: %s", exc)
+        self.ids.bring_back(self.scheduler_lost is not None)  # after the checkpoint's last save
         if self.input_check is not None and self.summary is not None:
             try:  # sources that completed are recorded, whatever ended the run
                 self.input_check.record(self.live.finished_ids,
@@ -369,31 +373,3 @@ def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
             "{'resources': {'GPU': 1}}), or lower the stage's Resources."
         )
         raise ResourceUnavailableError(msg)
-
-
-@contextlib.contextmanager
-def performance_report(client: Any, path: str | None,
-                       skip: Any = lambda: False) -> Iterator[None]:
-    """``distributed.performance_report`` for one run, self-contained (no CDN); a failure to
-    save only logs a warning, and ``skip()`` (a lost scheduler) leaves it unsaved rather than
-    waiting for it."""
-    stack = contextlib.ExitStack()
-    if path:
-        try:
-            from distributed import performance_report as report
-
-            stack.enter_context(client.as_current())
-            # bokeh's JavaScript inlined: the report opens on an air-gapped cluster
-            stack.enter_context(report(filename=path, mode="inline"))
-        except Exception as exc:  # noqa: BLE001 (bokeh missing, or an old distributed)
-            logger.warning("no Dask performance report for this run: %s", exc)
-            stack.close()
-    try:
-        yield
-    finally:
-        if skip():
-            stack.pop_all()  # nothing to ask a scheduler that is gone
-        try:
-            stack.close()  # the report is saved here
-        except Exception as error:  # noqa: BLE001 (the report must not fail the run)
-            logger.warning("could not save the Dask performance report: %s", error)

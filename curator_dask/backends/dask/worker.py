@@ -134,9 +134,11 @@ class StageHost(WorkerPlugin):
         self.stages = cloudpickle.loads(self._stages_payload)
         quiet_stage_errors()
         if any(is_nemo(s) for s in self.stages):
+            from curator_dask.nemo import ids
             from curator_dask.nemo.logs import bridge_worker_loguru
 
             bridge_worker_loguru()
+            ids.install_for(self.stages)  # NeMo's readers with ids reach the scheduler, not Ray
         self.worker_id = str(getattr(worker, "name", "") or getattr(worker, "address", ""))
         self._lock = threading.Lock()
         self._adapters: dict[int, StageAdapter] = {}

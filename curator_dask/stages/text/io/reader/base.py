@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import fsspec
+import numpy as np
+import pyarrow as pa
 
 from curator_dask.partitions.spec import PartitionSpec, refuse_with_file_grouping
 from curator_dask.stages.base import CompositeStage, ProcessingStage
@@ -22,18 +24,28 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
-    """Reads the files of one ``FileGroupTask`` into one ``DocumentBatch`` (a pyarrow Table)."""
+    """Reads the files of one ``FileGroupTask`` into one ``DocumentBatch`` (a pyarrow Table).
+
+    ``_generate_ids=True`` adds NeMo's ``_curator_dedup_id`` column from the run's id generator
+    (a contiguous range per partition, registered for its files); ``_assign_ids=True`` adds the
+    range registered before (``curator_dask.dedup.id_generator``, docs/deduplication.md).
+    """
 
     fields: list[str] | None = None
     read_kwargs: dict[str, Any] = field(default_factory=dict)
     allow_empty: bool = False
     name: str = "reader"
+    _generate_ids: bool = False
+    _assign_ids: bool = False
+
+    def __post_init__(self) -> None:
+        refuse_both_id_options(self)
 
     def inputs(self) -> tuple[list[str], list[str]]:
         return [], []
 
     def outputs(self) -> tuple[list[str], list[str]]:
-        return ["data"], list(self.fields or [])
+        return ["data"], list(self.fields or []) + id_column(self)
 
     def read_files(self, paths: list[str]) -> Any:
         raise NotImplementedError
@@ -51,7 +63,10 @@ class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
         if (data is None or len(data) == 0) and not self.allow_empty and not pieces:
             raise ValueError(self._no_data_message(task))
         # The same metadata dict flows on, so source_files reaches the writer (NeMo behaviour).
-        return DocumentBatch(dataset_name=task.dataset_name, data=data, _metadata=task._metadata)
+        batch = DocumentBatch(dataset_name=task.dataset_name, data=data, _metadata=task._metadata)
+        if self._generate_ids or self._assign_ids:
+            add_ids(batch, task, generate=self._generate_ids)
+        return batch
 
     def _no_data_message(self, task: FileGroupTask) -> str:
         """Why ``task`` gave no rows, naming the stage, its files and the task
@@ -105,8 +120,11 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
     name: str = "reader"
     allow_no_files: bool = False
     partition: dict[str, Any] | None = None
+    _generate_ids: bool = False
+    _assign_ids: bool = False
 
     def __post_init__(self) -> None:
+        refuse_both_id_options(self)
         if self.task_type != "document":
             msg = f"task_type={self.task_type!r} is not supported; only 'document' is"
             raise NotImplementedError(msg)
@@ -152,3 +170,44 @@ class BaseReader(CompositeStage[Any, DocumentBatch]):
         if self.fields:
             parts.append(f"reading columns: {self.fields}")
         return ", ".join(parts)
+
+
+def refuse_both_id_options(reader: Any) -> None:
+    if reader._generate_ids and reader._assign_ids:
+        msg = "Cannot generate and assign IDs at the same time"  # NeMo's message
+        raise ValueError(msg)
+
+
+def id_column(reader: Any) -> list[str]:
+    from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR
+
+    return [CURATOR_DEDUP_ID_STR] if reader._generate_ids or reader._assign_ids else []
+
+
+def add_ids(batch: DocumentBatch, task: FileGroupTask, *, generate: bool) -> None:
+    """NeMo's id column from the run's id generator: registered for the task's files
+    (``generate``) or looked up; a row-range partition is keyed by its deterministic id, as
+    NeMo keys a task that is not a file group."""
+    from curator_dask.dedup import id_generator as ids
+
+    pieces = (getattr(task, "reader_config", None) or {}).get("pieces")
+    key = task.get_deterministic_id() if pieces else list(task.data)
+    if ids.CURATOR_DEDUP_ID_STR in batch.columns:
+        logger.warning("Column %s already exists in %s, not %s IDs", ids.CURATOR_DEDUP_ID_STR,
+                       key, "generating new" if generate else "re-assigning")
+        return
+    count = batch.num_items
+    if generate:
+        first = ids.register_batch(key, count)
+    else:
+        first, last = ids.get_batch_range(key, None)
+        if last - first + 1 != count:
+            msg = (f"the id generator holds {last - first + 1} ids for {key} but the partition "
+                   f"has {count} rows: its files changed since the ids were generated; "
+                   "generate them again (_generate_ids=True)")
+            raise ValueError(msg)
+    values = np.arange(first, first + count, dtype=np.int64)
+    if isinstance(batch.data, pa.Table):
+        batch.data = batch.data.append_column(ids.CURATOR_DEDUP_ID_STR, pa.array(values))
+    else:
+        batch.data[ids.CURATOR_DEDUP_ID_STR] = values

@@ -94,6 +94,7 @@ class JsonlReaderStage(BaseReaderStage):
     invalid_utf8: str = "error"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.invalid_utf8 not in _INVALID_UTF8:
             msg = f"invalid_utf8 must be one of {_INVALID_UTF8}, got {self.invalid_utf8!r}"
             raise ValueError(msg)
@@ -282,6 +283,8 @@ class JsonlReaderStage(BaseReaderStage):
             return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         tables = []
         for path, table in read:
+            if self.fields is not None and table.num_rows == 0 and not table.column_names:
+                continue  # an empty file holds no columns at all: not a missing field
             if self.fields is not None:
                 existing = [c for c in self.fields if c in table.column_names]
                 missing = [c for c in self.fields if c not in table.column_names]
@@ -292,7 +295,7 @@ class JsonlReaderStage(BaseReaderStage):
                 table = table.select(existing)
             tables.append(table)
         if not tables:
-            if self.fields is not None and paths:
+            if self.fields is not None and paths and any(t.column_names for _, t in read):
                 msg = f"None of the requested fields {self.fields} exist in files {paths}"
                 raise ValueError(msg)
             return pa.table({})
@@ -335,6 +338,7 @@ class JsonlReader(BaseReader):
         return JsonlReaderStage(
             fields=self.fields, read_kwargs=dict(self.read_kwargs or {}),
             allow_empty=self.allow_empty, invalid_utf8=self.invalid_utf8,
+            _generate_ids=self._generate_ids, _assign_ids=self._assign_ids,
         )
 
 

@@ -229,6 +229,7 @@ class ParquetReaderStage(BaseReaderStage):
     invalid_utf8: str = "error"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.invalid_utf8 not in _INVALID_UTF8:
             msg = f"invalid_utf8 must be one of {_INVALID_UTF8}, got {self.invalid_utf8!r}"
             raise ValueError(msg)
@@ -356,4 +357,5 @@ class ParquetReader(BaseReader):
         return ParquetReaderStage(
             fields=self.fields, read_kwargs=dict(self.read_kwargs or {}),
             allow_empty=self.allow_empty, invalid_utf8=self.invalid_utf8,
+            _generate_ids=self._generate_ids, _assign_ids=self._assign_ids,
         )

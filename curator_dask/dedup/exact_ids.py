@@ -1,0 +1,234 @@
+"""The two phases of exact deduplication after reading: the per-partition hash and the
+whole-corpus grouping that writes NeMo Curator's ``ExactDuplicateIds``.
+
+Phase 1 (:class:`ExactHash`, run by :func:`curator_dask.dedup.phases.run_phase1`) gives every
+document the MD5 of its (normalised) text (NeMo's ``_exact_duplicate_group``), stored as two
+64-bit words, ``_md5_hi`` and ``_md5_lo``: numbers sort, group and shuffle several times
+faster than NeMo's 32-character hex strings, and the cache is not a NeMo format.
+
+Phase 2 (:func:`write_duplicate_ids`) shuffles ``(id, hash)`` rows by ``_md5_hi`` with Dask's
+P2P shuffle (which spills to disk) into ``total_nparts`` partitions, keeps the smallest id of
+each hash (both words equal) and writes the others, sorted, to
+``ExactDuplicateIds/part.<i>.parquet``: one file per partition, empty ones included, the id
+column named as NeMo names it (the ``id_field``; ``_curator_dedup_id`` for assigned ids). The
+phase commits last: a marker file (under the cache) records its parameters and files; a
+checkpointed rerun whose marker matches and whose files are all there skips the phase,
+anything else redoes it from an empty folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import fsspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curator_dask.dedup.phases import ID_COLUMN
+from curator_dask.dedup.text import normalize_text, text_md5_words
+from curator_dask.utils.atomic import write_atomic
+
+logger = logging.getLogger(__name__)
+
+EXACT_DUPLICATE_GROUP_FIELD = "_exact_duplicate_group"  # NeMo's name (its hex MD5)
+HASH_FIELDS = ("_md5_hi", "_md5_lo")  # the MD5's two 64-bit words (as int64), in the cache
+DUPLICATE_IDS_DIR = "ExactDuplicateIds"
+_MARKER_VERSION = 1
+_STATS_META = pd.DataFrame({"partition_index": pd.Series([], dtype="int64"),
+                            "num_groups": pd.Series([], dtype="int64"),
+                            "num_removal_ids": pd.Series([], dtype="int64"),
+                            "path": pd.Series([], dtype=object)})
+
+
+@dataclass(frozen=True)
+class ExactHash:
+    """Phase 1's signature: the MD5 of each document's text, normalised first when
+    ``normalize`` is set (:func:`~curator_dask.dedup.text.normalize_text`).
+
+    Example:
+        >>> import pandas as pd
+        >>> table = ExactHash("text", normalize=True)(pd.DataFrame({"text": ["A  b", "a b"]}))
+        >>> table.num_rows, len(set(zip(*table.to_pydict().values())))  # one hash
+        (2, 1)
+    """
+
+    text_field: str = "text"
+    normalize: bool = False
+
+    accepts_arrow: ClassVar[bool] = True  # phase 1 hands over the Arrow table as read
+
+    def __call__(self, frame: pd.DataFrame | pa.Table) -> pa.Table:
+        text = (frame.column(self.text_field) if isinstance(frame, pa.Table)
+                else frame[self.text_field])
+        if self.normalize:
+            text = normalize_text(text)
+        words = text_md5_words(text).view(np.int64)
+        return pa.table({HASH_FIELDS[0]: words[:, 0], HASH_FIELDS[1]: words[:, 1]})
+
+
+@dataclass(frozen=True)
+class DuplicateIdsPlan:
+    """Where and how phase 2 writes: the ``ExactDuplicateIds`` folder (a local path or an
+    fsspec URL), the id column's name there, the number of parts, the Parquet options, and the
+    commit marker (``None``: no checkpoint, never skip)."""
+
+    out_dir: str
+    id_name: str
+    nparts: int
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    write_kwargs: dict[str, Any] = field(default_factory=dict)
+    marker: str | None = None
+
+
+@dataclass(frozen=True)
+class DuplicateIdsResult:
+    """What phase 2 wrote: one row per part (``partition_index``, ``num_groups``,
+    ``num_removal_ids``, ``path``), and whether a committed earlier run was reused."""
+
+    parts: list[dict[str, Any]]
+    reused: bool = False
+
+    @property
+    def num_duplicates(self) -> int:
+        return sum(int(p["num_removal_ids"]) for p in self.parts)
+
+
+def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
+                        fingerprint: dict[str, Any]) -> DuplicateIdsResult:
+    """Phase 2 on ``client``: ``frame`` (a dask DataFrame of ``_curator_dedup_id`` and
+    ``_exact_duplicate_group``) grouped by hash across the whole corpus; see the module
+    docstring. ``fingerprint`` names what the ids depend on (the marker must match it)."""
+    fs, root = fsspec.core.url_to_fs(plan.out_dir, **plan.storage_options)
+    parameters = _parameters(plan, fingerprint)
+    committed = _committed(plan, parameters, fs)
+    if committed is not None:
+        logger.info("exact dedup: %s already committed (%d ids); not redone", plan.out_dir,
+                    sum(int(p["num_removal_ids"]) for p in committed))
+        return DuplicateIdsResult(committed, reused=True)
+    if plan.marker is not None:
+        mfs, mpath = fsspec.core.url_to_fs(plan.marker, **plan.storage_options)
+        if mfs.exists(mpath):
+            mfs.rm(mpath)
+    # a part left by an earlier run (killed, or with more parts) must not be read as ours
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+    fs.makedirs(root, exist_ok=True)
+    id_type = pa.Schema.from_pandas(frame._meta[[ID_COLUMN]], preserve_index=False).field(
+        ID_COLUMN).type
+    writer = _PartWriter(out_dir=plan.out_dir, id_name=plan.id_name, id_type=id_type,
+                         storage_options=plan.storage_options,
+                         write_kwargs=dict(plan.write_kwargs))
+    shuffled = frame[[ID_COLUMN, *HASH_FIELDS]].shuffle(
+        on=HASH_FIELDS[0], npartitions=plan.nparts, shuffle_method="p2p")
+    stats = shuffled.map_partitions(writer, partition_info=True, meta=_STATS_META)
+    table = client.compute(stats).result()
+    parts = sorted(table.to_dict("records"), key=lambda p: p["partition_index"])
+    parts = [{k: (int(v) if k != "path" else str(v)) for k, v in p.items()} for p in parts]
+    if plan.marker is not None:
+        payload = {"version": _MARKER_VERSION, "parameters": parameters, "parts": parts}
+        mfs, mpath = fsspec.core.url_to_fs(plan.marker, **plan.storage_options)
+        mfs.makedirs(posixpath.dirname(mpath), exist_ok=True)
+        data = (json.dumps(payload, sort_keys=True, indent=1) + "\n").encode()
+        write_atomic(mfs, mpath, lambda f: f.write(data))
+    return DuplicateIdsResult(parts)
+
+
+@dataclass(frozen=True)
+class _PartWriter:
+    """Writes one shuffled partition's ids to remove (all but the smallest id per hash)."""
+
+    out_dir: str
+    id_name: str
+    id_type: pa.DataType
+    storage_options: dict[str, Any]
+    write_kwargs: dict[str, Any]
+
+    def __call__(self, part: pd.DataFrame, partition_info: dict[str, Any] | None = None
+                 ) -> pd.DataFrame:
+        number = int((partition_info or {}).get("number", 0))
+        hi, lo = (part[f].to_numpy() for f in HASH_FIELDS)
+        own = part[ID_COLUMN].to_numpy()
+        # by hash, then id: the first row of each hash is its smallest id, the one kept
+        order = np.lexsort((np.argsort(np.argsort(own, kind="stable"), kind="stable"), lo, hi))
+        hi, lo = hi[order], lo[order]
+        duplicate = np.zeros(len(order), dtype=bool)
+        duplicate[1:] = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
+        ids = np.sort(own[order][duplicate])
+        num_groups = int(len(order) - duplicate.sum())
+        table = pa.table({self.id_name: pa.array(ids, type=self.id_type)})
+        fs, root = fsspec.core.url_to_fs(self.out_dir, **self.storage_options)
+        path = posixpath.join(root, f"part.{number}.parquet")
+        kwargs = _parquet_kwargs(self.write_kwargs, len(ids))
+        write_atomic(fs, path, lambda f: pq.write_table(table, f, **kwargs))
+        shown = fs.unstrip_protocol(path) if _remote(self.out_dir) else path
+        return pd.DataFrame({"partition_index": [number], "num_groups": [num_groups],
+                             "num_removal_ids": [len(ids)], "path": [shown]})
+
+
+def _parquet_kwargs(write_kwargs: dict[str, Any], rows: int) -> dict[str, Any]:
+    """NeMo's ``write_kwargs`` for cudf's ``to_parquet`` as pyarrow's: ``index`` has no
+    meaning for a table, ``row_group_size_rows`` is ``row_group_size`` (NeMo's default: a tenth
+    of the rows, between 1,000 and 1,000,000)."""
+    kwargs = {k: v for k, v in write_kwargs.items() if k not in ("storage_options", "index")}
+    size = kwargs.pop("row_group_size_rows", None)
+    kwargs.setdefault("row_group_size", size or max(1000, min(rows // 10, 1_000_000)))
+    return kwargs
+
+
+def _remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _parameters(plan: DuplicateIdsPlan, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {k: repr(v) for k, v in sorted(plan.write_kwargs.items())
+              if k != "storage_options"}  # credentials stay out of the marker
+    return {"out_dir": plan.out_dir, "id_name": plan.id_name, "nparts": plan.nparts,
+            "write_kwargs": kwargs, **fingerprint}
+
+
+def _committed(plan: DuplicateIdsPlan, parameters: dict[str, Any], fs: Any
+               ) -> list[dict[str, Any]] | None:
+    """The parts of a committed run with these parameters whose files all exist, else None."""
+    if plan.marker is None:
+        return None
+    mfs, mpath = fsspec.core.url_to_fs(plan.marker, **plan.storage_options)
+    try:
+        payload = json.loads(mfs.cat_file(mpath))
+    except FileNotFoundError:
+        return None
+    except ValueError:  # a marker is written atomically; an unreadable one is not ours
+        logger.warning("exact dedup: ignoring the unreadable marker %s", plan.marker)
+        return None
+    if payload.get("version") != _MARKER_VERSION or payload.get("parameters") != parameters:
+        logger.info("exact dedup: %s was committed with other parameters; redoing it",
+                    plan.out_dir)
+        return None
+    parts = payload.get("parts") or []
+    _, root = fsspec.core.url_to_fs(plan.out_dir, **plan.storage_options)
+    if len(parts) != plan.nparts or not all(
+            fs.exists(posixpath.join(root, f"part.{p['partition_index']}.parquet"))
+            for p in parts):
+        logger.info("exact dedup: files of the committed %s are missing; redoing it",
+                    plan.out_dir)
+        return None
+    return parts
+
+
+def groups_fingerprint(groups: list[Any]) -> str:
+    """A digest of phase 1's groups (files, rows, first id): the ids phase 2 writes depend on
+    them."""
+    digest = hashlib.sha256()
+    for g in groups:
+        digest.update(json.dumps([list(g.files), g.rows, g.first_id]).encode())
+    return digest.hexdigest()
+
+
+__all__ = ["DUPLICATE_IDS_DIR", "EXACT_DUPLICATE_GROUP_FIELD", "HASH_FIELDS", "DuplicateIdsPlan",
+           "DuplicateIdsResult", "ExactHash", "groups_fingerprint", "write_duplicate_ids"]

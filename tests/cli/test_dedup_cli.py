@@ -1,0 +1,54 @@
+"""``python -m curator_dask dedup exact|fuzzy``: a real run in a subprocess (one line per phase,
+NeMo's layout, the deduplicated corpus), and the usage errors that end it before any cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.helpers import cli
+
+
+def _corpus(root):
+    root.mkdir()
+    texts = ["the cat sat on the mat", "The  cat sat on the mat ", "a dog barked",
+             "the cat sat on the mat", "something else entirely"]
+    for f in range(2):
+        with open(root / f"part-{f}.jsonl", "w") as out:
+            for i, text in enumerate(texts):
+                out.write(json.dumps({"doc": f"{f}-{i}", "text": text}) + "\n")
+    return root
+
+
+def test_dedup_exact_writes_nemos_layout_and_the_deduplicated_corpus(tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    out = tmp_path / "out"
+    done = cli("dedup", "exact", str(corpus), "--output", str(out), "--normalize-text",
+               "--remove", "--workers", "2", timeout=300)
+    assert done.returncode == 0, done.stderr
+    # 10 documents, 3 distinct normalised texts
+    assert "exact_deduplication: 7 duplicates found" in done.stdout, done.stdout
+    assert "exact dedup: hashed 10 documents" in done.stderr, done.stderr  # a line per phase
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ExactDuplicateIds", "deduplicated", "exact_id_generator.json"]
+    kept = pd.concat(pd.read_json(p, lines=True) for p in (out / "deduplicated").iterdir())
+    assert sorted(kept["doc"]) == ["0-0", "0-2", "0-4"]  # the smallest id of each text
+    assert kept["text"].str.lower().str.split().str.join(" ").is_unique
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["fuzzy", "{corpus}", "--output", "{out}"], "dedup fuzzy needs --cache DIR"),
+    (["fuzzy", "{corpus}", "--output", "{out}", "--cache", "{out}/c", "--jaccard-threshold",
+      "1.5"], "--jaccard-threshold must be in (0, 1]"),
+    (["exact", "{missing}", "--output", "{out}"], "missing"),
+])
+def test_dedup_usage_errors_exit_2_in_one_line(tmp_path, args, message):
+    corpus = _corpus(tmp_path / "corpus")
+    fill = {"corpus": str(corpus), "out": str(tmp_path / "out"),
+            "missing": str(tmp_path / "missing")}
+    done = cli("dedup", *[a.format(**fill) for a in args], timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out" / "ExactDuplicateIds").exists()
