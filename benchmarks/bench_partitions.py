@@ -48,24 +48,13 @@ import tempfile
 import time
 
 import numpy as np
+from bench_pipeline import KEEP_LONG  # the same filter stage (benchmarks/ is on sys.path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MIN_CHARS = 650  # text lengths are ~uniform in 500-2000: about 10 % of the rows are dropped
 AUTO = {"mode": "auto", "target_size_mb": 256}
 DATA_VERSION = 1
-
-KEEP_LONG = '''
-@dataclass
-class KeepLong(ProcessingStage):
-    min_chars: int = 650
-    name: str = "keep_long"
-    def process(self, task):
-        t = task.to_pyarrow()
-        return DocumentBatch(dataset_name=task.dataset_name, _metadata=task._metadata,
-                             _stage_perf=task._stage_perf,
-                             data=t.filter(pc.greater(pc.utf8_length(t["text"]), self.min_chars)))
-'''
 
 SIDE = r'''
 import json, os, resource, sys, time

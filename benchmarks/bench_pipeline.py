@@ -67,6 +67,20 @@ for path in sorted(glob.glob(os.path.join(src, "*.jsonl"))):
         table.to_pandas().to_json(name, lines=True, orient="records", force_ascii=False)
 '''
 
+# The filter stage of the curator_dask side, as source for the side scripts (bench_partitions.py
+# uses it too); callers pass min_chars.
+KEEP_LONG = '''
+@dataclass
+class KeepLong(ProcessingStage):
+    min_chars: int = 50
+    name: str = "keep_long"
+    def process(self, task):
+        t = task.to_pyarrow()
+        return DocumentBatch(dataset_name=task.dataset_name, _metadata=task._metadata,
+                             _stage_perf=task._stage_perf,
+                             data=t.filter(pc.greater(pc.utf8_length(t["text"]), self.min_chars)))
+'''
+
 CURATOR = r'''
 import time
 t_start = time.time()
@@ -84,16 +98,7 @@ class TimedExecutor(DaskExecutor):
         super().release()
         self.closed = time.perf_counter()
 
-@dataclass
-class KeepLong(ProcessingStage):
-    min_chars: int = 50
-    name: str = "keep_long"
-    def process(self, task):
-        t = task.to_pyarrow()
-        return DocumentBatch(dataset_name=task.dataset_name, _metadata=task._metadata,
-                             _stage_perf=task._stage_perf,
-                             data=t.filter(pc.greater(pc.utf8_length(t["text"]), self.min_chars)))
-
+''' + KEEP_LONG + r'''
 @dataclass
 class SlowPassThrough(ProcessingStage):
     seconds: float = 0.5

@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from curator_dask.dedup.id_generator import IdGeneratorBase, _Driver
+from curator_dask.resumability.layout import ID_GENERATOR_PATH
 
 logger = logging.getLogger(__name__)
 
-# Next to the checkpoint's other additions (resumability/layout.py lists them).
-ID_GENERATOR_PATH = ".curator_dask/id_generator.json"
 
 
 class IdGeneratorMissingError(RuntimeError):

@@ -76,9 +76,7 @@ class SignatureWriterStage(ProcessingStage[DocumentBatch, FileGroupTask]):
             msg = (f"{self.name}: the batch of task {task.task_id} does not name its source "
                    "files; phase 1 reads whole files with FilePartitioningStage")
             raise ValueError(msg)
-        data = task.data
-        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(
-            data, preserve_index=False)
+        table = as_table(task.data)
         columns = [self.spec.text_field] + ([self.id_field] if self.id_field else [])
         missing = [c for c in columns if c not in table.column_names]
         if missing and table.num_rows == 0:  # an empty file: no columns, no documents
@@ -92,9 +90,7 @@ class SignatureWriterStage(ProcessingStage[DocumentBatch, FileGroupTask]):
         frame = table.select(columns)
         if not getattr(self.spec.compute, "accepts_arrow", False):
             frame = frame.to_pandas()
-        out = self.spec.compute(frame)
-        out = out if isinstance(out, pa.Table) else pa.Table.from_pandas(
-            out, preserve_index=False)
+        out = as_table(self.spec.compute(frame))
         if out.num_rows != table.num_rows:
             msg = (f"{self.name}: the signature of {files[:3]} has {out.num_rows} rows for "
                    f"{table.num_rows} documents")
@@ -109,6 +105,12 @@ class SignatureWriterStage(ProcessingStage[DocumentBatch, FileGroupTask]):
         write_atomic(fs, path, lambda f: pq.write_table(out, f))
         return FileGroupTask(dataset_name=task.dataset_name, data=[path],
                              _metadata={**(task._metadata or {}), "num_rows": table.num_rows})
+
+
+def as_table(data: pa.Table | pd.DataFrame) -> pa.Table:
+    """A batch's data (or a signature) as a pyarrow Table, without the pandas index."""
+    return data if isinstance(data, pa.Table) else pa.Table.from_pandas(data,
+                                                                        preserve_index=False)
 
 
 def group_key(files: list[str]) -> str:
@@ -321,5 +323,5 @@ def quiet_shuffle_notices() -> Iterator[None]:
 
 
 __all__ = ["ID_COLUMN", "GroupInfo", "Phase1Result", "SignatureSpec", "SignatureWriterStage",
-           "check_initial_tasks", "group_key", "phase1_reader", "quiet_shuffle_notices",
+           "as_table", "check_initial_tasks", "group_key", "phase1_reader", "quiet_shuffle_notices",
            "run_phase1"]

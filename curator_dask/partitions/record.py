@@ -22,21 +22,19 @@ name) with a ``PartitionRecordError``. See docs/partitions-inside-files.md.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from typing import Any
 
-import fsspec
-
 from curator_dask.errors import PartitionRecordError
 from curator_dask.partitions.plan import InputFile, Partition, PartitionPlan, Piece
+from curator_dask.resumability.json_record import CheckpointJsonRecord
 from curator_dask.resumability.layout import PARTITION_INFO_PATH
 
 VERSION = 1
 
 
-class PartitionInfoFile:
+class PartitionInfoFile(CheckpointJsonRecord):
     """The record of one checkpoint, read and written through fsspec.
 
     Example:
@@ -49,31 +47,22 @@ class PartitionInfoFile:
     """
 
     def __init__(self, checkpoint_url: str, storage_options: dict | None = None) -> None:
-        self.url = f"{checkpoint_url.rstrip('/')}/{PARTITION_INFO_PATH}"
-        self.fs, self.path = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+        super().__init__(checkpoint_url, PARTITION_INFO_PATH, storage_options)
 
     def load(self) -> dict[str, Any] | None:
         """The record, or ``None`` when there is none; an unreadable one is refused."""
         try:
-            data = json.loads(self.fs.cat_file(self.path))
-        except FileNotFoundError:
-            return None
+            data = self.read()
         except (OSError, ValueError) as exc:
             msg = (f"the partition record {self.url} cannot be read ({exc}); it is kept. Restore "
                    "it, or use a new checkpoint path and a new output folder")
             raise PartitionRecordError(msg) from exc
-        if not isinstance(data, dict):
+        if data is not None and not isinstance(data, dict):
             msg = f"the partition record {self.url} is not a JSON object; it is kept"
             raise PartitionRecordError(msg)
         return data
 
-    def save(self, record: dict[str, Any]) -> None:
-        """Replace the record atomically (a temp file and rename, or one upload)."""
-        from curator_dask.utils.atomic import write_atomic
-
-        blob = json.dumps(record, indent=1).encode() + b"\n"
-        self.fs.makedirs(self.path.rsplit("/", 1)[0], exist_ok=True)
-        write_atomic(self.fs, self.path, lambda f: f.write(blob))
+    save = CheckpointJsonRecord.write
 
 
 def _piece_dict(piece: Piece, whole: bool) -> dict[str, Any]:

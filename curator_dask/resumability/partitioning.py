@@ -40,9 +40,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from curator_dask.errors import PartitioningChangedError
+from curator_dask.resumability.json_record import CheckpointJsonRecord
 from curator_dask.resumability.layout import PARTITIONING_RECORD_PATH
 
 logger = logging.getLogger(__name__)
@@ -174,7 +173,7 @@ def merged_groups(old: dict[str, list[str]], new: dict[str, list[str]],
     return merged
 
 
-class PartitioningRecord:
+class PartitioningRecord(CheckpointJsonRecord):
     """``<checkpoint>/.curator_dask/partitioning.json``, read and written through fsspec.
 
     Example:
@@ -186,19 +185,20 @@ class PartitioningRecord:
         {'A': ['a']}
     """
 
+    sort_keys = True
+
     def __init__(self, checkpoint_url: str, storage_options: dict | None = None) -> None:
-        self.url = f"{checkpoint_url.rstrip('/')}/{PARTITIONING_RECORD_PATH}"
-        self.fs, self.path = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+        super().__init__(checkpoint_url, PARTITIONING_RECORD_PATH, storage_options)
 
     def load(self) -> dict[str, Any] | None:
         """The record, or ``None`` when there is none (or it cannot be read: a warning)."""
         try:
-            data = json.loads(self.fs.cat_file(self.path))
-        except FileNotFoundError:
-            return None
+            data = self.read()
         except (OSError, ValueError) as exc:
             logger.warning("partitioning record %s is unreadable (%s); it is written again",
                            self.url, exc)
+            return None
+        if data is None:
             return None
         if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
             logger.warning("partitioning record %s has no groups; it is written again",
@@ -206,13 +206,7 @@ class PartitioningRecord:
             return None
         return data
 
-    def save(self, record: dict[str, Any]) -> None:
-        """Replace the record atomically (a temp file and rename, or one upload)."""
-        from curator_dask.utils.atomic import write_atomic
-
-        blob = json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"
-        self.fs.makedirs(self.path.rsplit("/", 1)[0], exist_ok=True)
-        write_atomic(self.fs, self.path, lambda f: f.write(blob))
+    save = CheckpointJsonRecord.write
 
 
 def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any,

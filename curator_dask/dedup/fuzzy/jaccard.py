@@ -118,14 +118,12 @@ class CandidateTexts:
     normalize_text: bool = False
 
     def __call__(self, group: GroupInfo, ids: np.ndarray) -> pd.DataFrame:
-        from curator_dask.dedup.phases import phase1_reader
+        from curator_dask.dedup.phases import as_table, phase1_reader
 
         if len(ids) == 0:
             return _text_frame(np.zeros(0, np.int64), [])
-        data = phase1_reader(self.filetype, self.text_field, None, self.read_kwargs).read_files(
-            list(group.files))
-        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(
-            data, preserve_index=False)
+        table = as_table(phase1_reader(self.filetype, self.text_field, None,
+                                       self.read_kwargs).read_files(list(group.files)))
         if table.num_rows != group.rows:
             msg = (f"the files {list(group.files)[:3]} now hold {table.num_rows} rows, phase 1 "
                    f"read {group.rows}: the input changed during the run; run again")
