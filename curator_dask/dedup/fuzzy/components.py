@@ -3,14 +3,13 @@
 The components are computed in one Dask task on a worker, with
 ``scipy.sparse.csgraph.connected_components`` over the edges' vertices only, renumbered through
 a table of the ids (they are 0..N-1) rather than a sort. Memory grows with the number of edges,
-not with the corpus: measured, 10 million edges among a million documents peak at 0.85 GB
-(about 85 bytes per edge: the int64 pairs, their int32 renumbering, the CSR matrix scipy
-builds) and take 6 s on one core. A corpus of a million documents gives far fewer: each
-duplicate document has about one edge per band iteration (edges are made unique per
-iteration), so 20 % near-duplicates at NeMo's defaults give under a million edges; the bound
-is 20 per document (one per band), 20 million edges, 1.7 GB. A duplicate group's id is its
-smallest document id, and the ids to remove are all the others: deterministic, the smallest id
-is kept (NeMo keeps an arbitrary one). Written as NeMo's
+not with the corpus: about 85 bytes per edge by the arrays held (the int64 pairs, their int32
+renumbering, the CSR matrix scipy builds), so about 0.85 GB for 10 million edges. A corpus of a
+million documents gives far fewer: each duplicate document has about one edge per band
+iteration (edges are made unique per iteration), so 20 % near-duplicates at NeMo's defaults
+give under a million edges; the bound is 20 per document (one per band), 20 million edges, 1.7
+GB. A duplicate group's id is its smallest document id, and the ids to remove are all the
+others: deterministic, the smallest id is kept (NeMo keeps an arbitrary one). Written as NeMo's
 ``ConnectedComponentsStage/part.0.parquet`` (``_curator_dedup_id``, ``_duplicate_group_id``)
 and ``FuzzyDuplicateIds/part.<i>.parquet`` (``_curator_dedup_id``, sorted).
 """
