@@ -25,7 +25,6 @@ from curator_dask.resumability.layout import ID_GENERATOR_PATH
 logger = logging.getLogger(__name__)
 
 
-
 class IdGeneratorMissingError(RuntimeError):
     """A run's stages generate or assign ids, but no id generator exists in the driver."""
 
@@ -160,8 +159,12 @@ class RunIdRegistry:
         return self.client.sync(method, action=action, run=self.run_id, **kwargs)
 
     def live_state(self) -> IdGeneratorBase:
+        """The scheduler's state now; while :meth:`install` is still registering the plugin,
+        the state it installs (no source has run yet)."""
         from curator_dask.dedup.id_generator_plugin import from_wire
 
+        if self.client is None:
+            return (self.before or IdGeneratorBase()).copy()
         return from_wire(self.call("state"))
 
     def bring_back(self, scheduler_lost: bool = False) -> None:

@@ -172,6 +172,29 @@ def test_driver_functions_without_any_executor(tmp_path):
     assert ids.register_batch(["y.jsonl"], 1) == 4
 
 
+def test_while_a_run_installs_its_registry_the_driver_reads_the_state_it_installs():
+    # A fake client (named as such): the window between a run taking the generator and its
+    # scheduler plugin being registered is too short to hit on purpose with a real cluster
+    # (CI hit it once); the fake asks for the state from inside that window.
+    from curator_dask.dedup.id_generator_run import RunIdRegistry
+
+    ids.create_id_generator_actor()
+    ids.register_batch(["a.jsonl"], 5)
+    seen: list[IdGeneratorBase] = []
+
+    class FakeClientRegistering:
+        id = "fake"
+
+        def register_plugin(self, plugin, name=None):
+            seen.append(ids.current_id_generator())
+
+    registry = RunIdRegistry("0123456789ab", ["reader"], None, None)
+    registry.install(FakeClientRegistering())
+    assert [g.batch_registry for g in seen] == [{IdGeneratorBase().hash_files(["a.jsonl"]): (0, 4)}]
+    with ids._Driver.lock:
+        ids._Driver.holder = None
+
+
 def test_both_id_options_refused_with_nemos_message(corpus):
     for make in (lambda **k: JsonlReader(file_paths=str(corpus / "jsonl"), **k),
                  lambda **k: ParquetReader(file_paths=str(corpus / "parquet"), **k),
