@@ -92,10 +92,10 @@ from curator_dask import ProcessingStage
 t_imported = time.time()
 
 class TimedExecutor(DaskExecutor):
-    """Notes when the run's cluster is closed (``release``), to time that step apart."""
-    def release(self):
+    """Notes when the run's cluster is closed (``close``), to time that step apart."""
+    def close(self):
         self.closing = time.perf_counter()
-        super().release()
+        super().close()
         self.closed = time.perf_counter()
 
 ''' + KEEP_LONG + r'''
