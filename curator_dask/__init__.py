@@ -1,8 +1,8 @@
 """curator_dask: NeMo-Curator-style data-curation pipelines on Dask distributed.
 
-Public names are imported lazily, so ``python -m curator_dask --help`` stays fast. The first
-of ``Pipeline`` and ``DaskExecutor`` also starts the embedded cluster's worker server early
-(:mod:`curator_dask.backends.dask.forkserver`).
+Public names are imported lazily, so ``python -m curator_dask --help`` stays fast. Importing
+the package or getting a name from it starts no process and installs no import hook: the
+embedded cluster's processes start with the cluster (``DaskExecutor.start``).
 
 Example:
     >>> from curator_dask import Pipeline, JsonlReader, JsonlWriter
@@ -37,6 +37,7 @@ _EXPORTS = {
     "FailedTask": "curator_dask.tasks",
     "DaskExecutor": "curator_dask.backends.dask",
     "RunResult": "curator_dask.backends.dask",
+    "CuratorDaskError": "curator_dask.errors",
     "StageError": "curator_dask.errors",
     "ResourceUnavailableError": "curator_dask.errors",
     "PartitionRecordError": "curator_dask.errors",
@@ -45,6 +46,7 @@ _EXPORTS = {
 
 __all__ = [
     "CompositeStage",
+    "CuratorDaskError",
     "DaskExecutor",
     "DocumentBatch",
     "EmptyTask",
@@ -76,10 +78,6 @@ def __getattr__(name: str):
     if module is None:
         msg = f"module 'curator_dask' has no attribute {name!r}"
         raise AttributeError(msg)
-    if name in ("Pipeline", "DaskExecutor"):  # a driver: its workers' server starts now
-        from curator_dask.backends.dask.forkserver import prestart_on_import
-
-        prestart_on_import()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
@@ -92,6 +90,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from curator_dask.backends.dask import DaskExecutor, RunResult
     from curator_dask.errors import (
+        CuratorDaskError,
         PartitionContentChangedError,
         PartitionRecordError,
         ResourceUnavailableError,

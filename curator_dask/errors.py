@@ -1,4 +1,65 @@
-"""Exceptions raised by curator_dask with a message that says what to do."""
+"""Exceptions raised by curator_dask with a message that says what to do, and their common base.
+
+Every exception class of the package derives from :class:`CuratorDaskError` and, first, from
+the built-in exception it has always been (``class StageError(RuntimeError, CuratorDaskError)``,
+one order everywhere): ``except CuratorDaskError`` catches any of them in one line, and code
+that catches ``RuntimeError``, ``ValueError``, ``FileNotFoundError``, ``KeyError`` or
+``lmdb.Error`` keeps working. Each class stays in the module that raises it (its import path
+is public); this table lists them all. Every one survives pickling (errors raised on a worker
+are re-raised on the driver).
+
+| exception | defined in | built-in base | raised when |
+|---|---|---|---|
+| `StageError` | `curator_dask.errors` | `RuntimeError` | a stage raised while processing a task: names the stage, the partition's input files and the exception, then the original traceback |
+| `WorkerFailedError` | `curator_dask.errors` | `RuntimeError` | the workers could not finish a partition: they died `allowed-failures` + 1 times running it, or no worker able to run it was left |
+| `WorkerMemoryError` | `curator_dask.errors` | `RuntimeError` | a `WorkerFailedError` (its subclass) caused by worker memory: restarted past the `terminate` threshold, or every worker paused |
+| `ResourceUnavailableError` | `curator_dask.errors` | `RuntimeError` | no worker of the cluster offers the Dask resources (`{"GPU": 1}`) a stage needs; before anything runs |
+| `RunStopped` | `curator_dask.errors` | `RuntimeError` | the run was asked to stop (stop-request file, SIGUSR1/SIGTERM, `DaskExecutor.request_stop`) and drained |
+| `SchedulerLostError` | `curator_dask.errors` | `RuntimeError` | the run lost its Dask scheduler for longer than the grace period |
+| `WorkerJobsFailedError` | `curator_dask.errors` | `RuntimeError` | `slurm.max-failed-job-starts` SLURM worker jobs in a row ended before their worker joined |
+| `PartitioningChangedError` | `curator_dask.errors` | `ValueError` | the source stage groups files unlike the runs that completed sources in the checkpoint; before anything runs |
+| `OverwriteWithCheckpointError` | `curator_dask.errors` | `ValueError` | a writer with `mode="overwrite"` in a run with a `checkpoint_path`; before anything runs |
+| `PartitionRecordError` | `curator_dask.errors` | `ValueError` | the checkpoint's record of row-range partitions is missing, unreadable or made with other parameters |
+| `PartitionContentChangedError` | `curator_dask.errors` | `ValueError` | a `PartitionRecordError` (its subclass): the input of a recorded row-range partition changed |
+| `NoInputFilesError` | `curator_dask.utils.files` | `FileNotFoundError` | an entry of `file_paths` names no file to read (missing path, empty glob, no file with the extensions) |
+| `MalformedJsonError` | `curator_dask.stages.text.io.reader.jsonl` | `ValueError` | a JSONL line is not valid JSON: names the file and the line |
+| `InvalidUtf8Error` | `curator_dask.stages.text.io.reader.jsonl` | `ValueError` | a `MalformedJsonError` (its subclass): JSONL or Parquet text that is not valid UTF-8 |
+| `CheckpointError` | `curator_dask.resumability.client` | `RuntimeError` | the completion plugin failed: completions after the failure may not be recorded |
+| `InputChangedError` | `curator_dask.resumability.input_check` | `ValueError` | inputs of completed sources changed, with `on_input_change="error"` |
+| `ReaderCrashedError` | `curator_dask.resumability.safe_read` | `lmdb.Error` | reading a checkpoint's LMDB file killed the reader process: the file is damaged |
+| `CheckpointUnusable` | `curator_dask.resumability.stage_checkpoints.store` | `Exception` | a stage checkpoint cannot be loaded; caught on the worker, which logs it and falls back to an earlier boundary |
+| `UnknownBatchError` | `curator_dask.dedup.id_generator` | `KeyError` | `get_batch_range` for a file group that was never registered |
+| `IdGeneratorMissingError` | `curator_dask.dedup.id_generator_run` | `RuntimeError` | a run's stages generate or assign ids, but no id generator exists in the driver |
+| `RayOnlyStageError` | `curator_dask.nemo.checks` | `ValueError` | a NeMo Curator stage that needs a Ray cluster was given to `DaskExecutor` |
+| `ResumeMismatchError` | `curator_dask.jobs.job` | `ValueError` | a job resumed with another configuration or other inputs; names each change |
+| `JobNotFoundError` | `curator_dask.jobs.index` | `FileNotFoundError` | no job of that id in the work dir or the job index (CLI exit code 2) |
+| `AmbiguousJobError` | `curator_dask.jobs.index` | `ValueError` | the job index has that job id in several folders |
+| `StopError` | `curator_dask.jobs.control` | `RuntimeError` | the job cannot be stopped as asked (unknown, finished, another host's process) |
+| `RequestRefused` | `curator_dask.slurm.partition` | `ValueError` | the resource request cannot run in the SLURM partition: names the limit and the option |
+| `SlurmQueryError` | `curator_dask.slurm.partition` | `RuntimeError` | `sinfo` or `scontrol` is missing, times out or fails |
+| `SbatchError` | `curator_dask.slurm.sbatch` | `RuntimeError` | `sbatch` failed: the command, exit code, stdout and stderr |
+| `UsageError` | `curator_dask.cli.common` | `Exception` | a problem with the command line (CLI exit code 2) |
+| `PipelineDefinitionError` | `curator_dask.cli.targets` | `ValueError` | the pipeline file or reference is invalid: names the field (CLI exit code 2) |
+
+Not in the family, on purpose:
+
+- A run ended by Ctrl+C raises a ``KeyboardInterrupt`` (:func:`run_interrupted`), like
+  Python's own interrupt: it must pass ``except Exception`` and ``except CuratorDaskError``.
+- :class:`PartialRunWarning` (a ``RuntimeWarning``) is a warning, not an error: a run that
+  issues it raises nothing (the other sources succeeded), and it becomes an exception only
+  under ``warnings.filterwarnings("error", category=PartialRunWarning)``, where the code that
+  asked for it names it. The package issues no other warning class, so a common warning base
+  would add nothing to filter on.
+
+Example:
+    >>> from curator_dask.errors import CuratorDaskError, StageError
+    >>> from curator_dask.jobs.index import JobNotFoundError
+    >>> issubclass(StageError, RuntimeError), issubclass(StageError, CuratorDaskError)
+    (True, True)
+    >>> issubclass(JobNotFoundError, FileNotFoundError), issubclass(JobNotFoundError,
+    ...                                                                CuratorDaskError)
+    (True, True)
+"""  # noqa: E501 (a Markdown table: one row a line)
 
 from __future__ import annotations
 
@@ -14,7 +75,24 @@ def _listed(values: list[str], quote: bool = False) -> str:
     return shown + more
 
 
-class StageError(RuntimeError):
+class CuratorDaskError(Exception):
+    """The base of every exception curator_dask raises (the table of :mod:`curator_dask.errors`
+    lists them): catch it to handle any of the package's errors in one line. Each error also
+    keeps its built-in base (``RuntimeError``, ``ValueError``, ...), so code that catches that
+    keeps working.
+
+    Example:
+        >>> from curator_dask import CuratorDaskError
+        >>> from curator_dask.utils.files import gather_file_records
+        >>> try:
+        ...     gather_file_records("memory://no-such-dir/", extensions=None, require_files=True)
+        ... except CuratorDaskError as exc:
+        ...     print(type(exc).__name__, isinstance(exc, FileNotFoundError))
+        NoInputFilesError True
+    """
+
+
+class StageError(RuntimeError, CuratorDaskError):
     """A stage raised while processing a task; carries the stage, task ids, the input files of
     the failing partition (when known) and the traceback.
 
@@ -55,11 +133,11 @@ class StageError(RuntimeError):
                              self.source_files))
 
 
-class ResourceUnavailableError(RuntimeError):
+class ResourceUnavailableError(RuntimeError, CuratorDaskError):
     """No worker of the cluster offers the Dask resources a stage needs."""
 
 
-class RunStopped(RuntimeError):
+class RunStopped(RuntimeError, CuratorDaskError):
     """The run was asked to stop (SIGUSR1, SIGTERM, ``DaskExecutor.request_stop``) and drained:
     no new sources were started, completions were flushed; unfinished sources stay pending."""
 
@@ -79,10 +157,11 @@ def warn_partial_run(message: str) -> None:
     curator_dask and NeMo Curator, e.g. ``pipeline.run(...)`` in a script or a notebook
     cell), every time: Python's per-line registry would show the warning of a rerun that
     failed the same way only once."""
-    import sys
     import warnings
 
-    frame = sys._getframe(1)
+    from curator_dask.utils import private_api
+
+    frame = private_api.caller_frame(1)
     while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).partition(
             ".")[0] in ("curator_dask", "nemo_curator"):
         frame = frame.f_back
@@ -166,12 +245,12 @@ def _quiet_interrupts() -> None:
     sys.excepthook = hook
 
 
-class SchedulerLostError(RuntimeError):
+class SchedulerLostError(RuntimeError, CuratorDaskError):
     """The run lost its Dask scheduler (no connection for longer than the grace period):
     completions already recorded are kept; running the job again processes the rest."""
 
 
-class WorkerJobsFailedError(RuntimeError):
+class WorkerJobsFailedError(RuntimeError, CuratorDaskError):
     """``slurm.max-failed-job-starts`` SLURM worker jobs of ``cluster="slurm"`` in a row ended
     before their Dask worker joined (a bad ``python``, a ``job_script_prologue`` that fails, a
     job cancelled at once): the message names each job, the state it ended in and its output
@@ -179,7 +258,7 @@ class WorkerJobsFailedError(RuntimeError):
     (``curator_dask/slurm/job_starts.py``)."""
 
 
-class WorkerFailedError(RuntimeError):
+class WorkerFailedError(RuntimeError, CuratorDaskError):
     """The Dask workers could not finish a partition: the workers running it died
     ``distributed.scheduler.allowed-failures`` + 1 times (Dask's ``KilledWorker``), or the
     cluster was left with no worker able to run anything. One line naming the stages (the
@@ -239,7 +318,7 @@ def _rebuild(cls: type, reason: str, stages: list[str], source_files: list[str],
                memory_limit=memory_limit, workers=workers)
 
 
-class PartitioningChangedError(ValueError):
+class PartitioningChangedError(ValueError, CuratorDaskError):
     """The source stage groups input files differently from the runs that completed sources in
     this checkpoint (another ``files_per_partition``, ``blocksize`` or file list): the
     regrouped files would be processed again and their output written twice. Raised before
@@ -247,7 +326,7 @@ class PartitioningChangedError(ValueError):
     (``curator_dask/resumability/partitioning.py``)."""
 
 
-class OverwriteWithCheckpointError(ValueError):
+class OverwriteWithCheckpointError(ValueError, CuratorDaskError):
     """A writer with ``mode="overwrite"`` in a run with a ``checkpoint_path``: the writer empties
     its folder, and the run skips the sources the checkpoint records as complete, so their
     outputs would never be written again. Raised before anything runs, alike for curator_dask's
@@ -255,7 +334,7 @@ class OverwriteWithCheckpointError(ValueError):
     status 2 on the command line."""
 
 
-class PartitionRecordError(ValueError):
+class PartitionRecordError(ValueError, CuratorDaskError):
     """The checkpoint's partition record (``.curator_dask/partitioning_info.json``, row-range
     partitions) cannot be used: missing on a resume of a checkpoint that has completions,
     unreadable, of an older version without boundaries, with illegal boundaries, or made with

@@ -3,8 +3,10 @@
 ``Pipeline.run`` validates everything a run asks for once, into a frozen :class:`RunOptions`,
 and hands it to ``executor.execute(stages, initial_tasks, options=..., observer=...)`` together
 with a :class:`RunObserver` (the job layer, or nothing). The plain two-argument call
-``execute(stages, initial_tasks)`` is NeMo Curator's and keeps working. See
-docs/design/architecture.md ("The run contract").
+``execute(stages, initial_tasks)`` is NeMo Curator's and keeps working. The executor owns the
+run from its options to its result and tells every observer once how it ended
+(:meth:`RunObserver.run_finished`, a :class:`RunEnd`). See docs/design/architecture.md ("The
+run contract").
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from curator_dask.stages.base import ProcessingStage
     from curator_dask.tasks import Task
 
-__all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunObserver", "RunOptions",
+__all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunEnd", "RunObserver", "RunOptions",
            "WorkerMetadata", "check_max_concurrent_partitions"]
 
 
@@ -46,6 +48,10 @@ class RunOptions:
         max_concurrent_partitions: ``"auto"`` (the executor's in-flight window of chains,
             each over a chunk of sources) or the most source partitions in flight at once
             (chunks are cut to fit); see :func:`check_max_concurrent_partitions`.
+        resume_hint: the command that resumes the run (a job's), appended to the message of a
+            stopped or interrupted run (``; resume with: ...``).
+        array_manifest: whether the run writes the array shard's ``run.json`` and completion
+            manifest (curator_dask's ``Pipeline.run``; NeMo Curator's writes its own).
 
     Example:
         >>> RunOptions().requested()
@@ -63,6 +69,8 @@ class RunOptions:
     performance_report: str | None = None
     failed_task_dir: str | None = None
     max_concurrent_partitions: int | str = "auto"
+    resume_hint: str | None = None
+    array_manifest: bool = False
 
     def __post_init__(self) -> None:
         check_max_concurrent_partitions(self.max_concurrent_partitions)
@@ -117,7 +125,7 @@ class RunOptions:
                       checkpoint_storage_options=checkpoint_storage_options,
                       stage_checkpoints=ckpt, verify_inputs=verify_inputs,
                       on_input_change=on_input_change, slurm_array=slurm_array or None,
-                      performance_report=performance_report,
+                      performance_report=performance_report, array_manifest=True,
                       max_concurrent_partitions=partition_cap(max_concurrent_partitions))
         return options if job else options.checked(stages)
 
@@ -135,10 +143,11 @@ class RunOptions:
                    max_concurrent_partitions=partition_cap(None))
 
     def for_job(self, stages: Sequence[Any], checkpoint_path: str,
-                performance_report: str | None) -> RunOptions:
-        """The options with the job's checkpoint and report path, checked."""
+                performance_report: str | None, resume_hint: str | None = None) -> RunOptions:
+        """The options with the job's checkpoint, report path and resume command, checked."""
         return dataclasses.replace(self, checkpoint_path=checkpoint_path,
-                                   performance_report=performance_report).checked(stages)
+                                   performance_report=performance_report,
+                                   resume_hint=resume_hint).checked(stages)
 
     def checked(self, stages: Sequence[Any]) -> RunOptions:
         """Check what depends on the checkpoint; returns a copy with its URL normalized."""
@@ -179,7 +188,7 @@ class RunOptions:
     def requested(self) -> list[str]:
         """Names of the options that differ from a plain run (what a foreign executor lacks)."""
         plain = RunOptions()
-        ignored = ("performance_report", "failed_task_dir")
+        ignored = ("performance_report", "failed_task_dir", "resume_hint", "array_manifest")
         return [f.name for f in dataclasses.fields(self)
                 if f.name not in ignored and getattr(self, f.name) != getattr(plain, f.name)]
 
@@ -218,14 +227,45 @@ def partition_cap(value: Any = None) -> int | str:
         given="config curator-dask.execution.max-concurrent-partitions")
 
 
+@dataclasses.dataclass(frozen=True)
+class RunEnd:
+    """How a run ended, as every observer's :meth:`RunObserver.run_finished` hears it once.
+
+    Attributes:
+        result: the run's result (a ``RunResult``) when it raised nothing, else ``None``.
+        error: what ended it otherwise: the run's own error (a stopped run's ``RunStopped``
+            and an interrupted run's ``KeyboardInterrupt`` without the resume hint the caller
+            sees appended), else ``None``.
+        failed_task_seen: whether a stage returned a ``FailedTask`` (decided once, by the
+            run, from the completion plugin's summary and the stage counts), also when the
+            run failed or stopped.
+
+    Example:
+        >>> RunEnd(error=RuntimeError("boom")).completed
+        False
+    """
+
+    result: Any = None
+    error: BaseException | None = None
+    failed_task_seen: bool = False
+
+    @property
+    def completed(self) -> bool:
+        """Whether the run raised nothing."""
+        return self.error is None
+
+
 @runtime_checkable
 class RunObserver(Protocol):
-    """What an executor tells the one who started the run (the job layer implements it).
+    """What an executor tells the one who started the run (the job layer implements it; an
+    array shard's bookkeeping, ``slurm/run.py: ArrayShardRun``, too).
 
     ``bind`` comes first, at the start of ``execute``: ``stop(reason)`` asks the run to drain
-    and stop, ``progress()`` returns a live snapshot (a dict). ``plan_built`` receives the
-    execution plan the run actually built (its JSON form) and the executor's settings;
-    ``event`` receives each run event (``sources_planned``, ``stage_complete``, ...).
+    and stop (it is the run's own ``StopSignal.request``), ``progress()`` returns a live
+    snapshot (a dict). ``plan_built`` receives the execution plan the run actually built (its
+    JSON form) and the executor's settings; ``event`` receives each run event
+    (``sources_planned``, ``stage_complete``, ...); ``run_finished`` comes last, once, however
+    the run ended (also when it failed before it started).
     """
 
     def bind(self, *, stop: Callable[[str], None], progress: Callable[[], dict]) -> None: ...
@@ -233,6 +273,8 @@ class RunObserver(Protocol):
     def plan_built(self, plan: dict[str, Any], settings: dict[str, Any]) -> None: ...
 
     def event(self, type_: str, **fields: Any) -> None: ...
+
+    def run_finished(self, end: RunEnd) -> None: ...
 
 
 class NullObserver:
@@ -246,6 +288,9 @@ class NullObserver:
 
     def event(self, type_: str, **fields: Any) -> None:
         """Nothing to record."""
+
+    def run_finished(self, end: RunEnd) -> None:
+        """Nothing to finish."""
 
 
 class BaseExecutor(ABC):
@@ -264,4 +309,7 @@ class BaseExecutor(ABC):
         options: RunOptions | None = None,
         observer: RunObserver | None = None,
     ) -> list[Task]:
-        """Run ``stages`` (already built) and return the last stage's output tasks."""
+        """Run ``stages`` (already built) and return the last stage's output tasks.
+
+        The executor owns the run: it applies ``options`` and calls ``observer.run_finished``
+        once, however the run ends."""

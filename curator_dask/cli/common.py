@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from curator_dask.errors import CuratorDaskError
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_SCHEDULER_LOST = 4  # the run lost its Dask scheduler; completions already written are kept
 EXIT_PARTIAL = 5  # the run ended, but some sources saw a FailedTask: they stay pending
@@ -29,7 +31,7 @@ def invoked_as(argv0: str) -> str:
 PROG = invoked_as(sys.argv[0] if sys.argv else "")
 
 
-class UsageError(Exception):
+class UsageError(CuratorDaskError):
     """A problem with the command line or the pipeline definition (exit code 2)."""
 
 

@@ -46,8 +46,8 @@ from curator_dask.cli.recipe import (
     recipe_options,
 )
 from curator_dask.cli.targets import PipelineDefinitionError, TargetRule, resolve_path_arguments
-from curator_dask.models import NEMO_PACKAGE, is_nemo, is_stage_class
 from curator_dask.pipeline import Pipeline
+from curator_dask.stages.model import NEMO_PACKAGE, is_nemo, is_stage_class
 
 _TOP_KEYS = {"name", "description", "stages", "config", *SECTIONS}
 

@@ -89,14 +89,16 @@ def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace,
     the top level's, as ``parse_args`` does) and the closest option of that command; exit 2."""
     import difflib
 
+    from curator_dask.utils.private_api import parser_actions, subparser_actions
+
     command = parser
     while True:  # down to the (sub)command that ran: `run`, `slurm submit`, ...
-        subs = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        subs = subparser_actions(command)
         chosen = getattr(args, subs[0].dest, None) if subs else None
         if chosen not in (subs[0].choices if subs else {}):
             break
         command = subs[0].choices[chosen]
-    options = {s.lstrip("-"): s for a in command._actions if a.help is not argparse.SUPPRESS
+    options = {s.lstrip("-"): s for a in parser_actions(command) if a.help is not argparse.SUPPRESS
                for s in a.option_strings}
     hints = {}  # compared without the dashes, which every option shares
     for arg in (a.partition("=")[0] for a in unknown if a.startswith("-")):

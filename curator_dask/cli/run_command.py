@@ -274,13 +274,17 @@ def _check_adapt_option(args: argparse.Namespace) -> None:
     parse_adapt(args.adapt)
 
 
-def _drain_on_signals(executor) -> None:
+def _drain_on_signals() -> None:
     """SLURM sends USR1 (``--signal=B:USR1@grace``) before the time limit and TERM on
-    preemption: both stop starting sources and let running ones finish."""
+    preemption (and ``stop --force`` TERM last): both stop starting sources and let running
+    ones finish, through the registry of the runs in progress in this process
+    (``backends/dask/stop.py``; docs/design/architecture.md "The stop path")."""
     import signal
 
+    from curator_dask.backends.dask.stop import request_stop  # imported now, not in a handler
+
     def stop(signum: int, _frame: object) -> None:
-        executor.request_stop(f"received {signal.Signals(signum).name}")
+        request_stop(f"received {signal.Signals(signum).name}")
 
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, stop)
@@ -320,6 +324,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             set_default_storage_options(args.storage_option)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    executor = _executor(args)
+    # An embedded cluster's workers' server starts now: it imports their modules while this
+    # process loads the pipeline file (nothing for another kind of cluster).
+    executor.prepare_workers()
     try:
         pipeline, recipe = load_recipe(args.pipeline, args.allow_target_module)
     except PipelineDefinitionError as exc:
@@ -327,8 +335,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Usage errors before a cluster starts; the command's options win over the recipe's.
     run_kwargs = {**job_kwargs(args), **recipe.partition_kwargs(),
                   **checkpoint_kwargs(args, recipe.stage_checkpoints), **partitions}
-    executor = _executor(args)
-    _drain_on_signals(executor)
+    _drain_on_signals()
     from curator_dask.errors import (
         OverwriteWithCheckpointError,
         PartitioningChangedError,

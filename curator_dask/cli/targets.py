@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from curator_dask.models import NEMO_PACKAGE
+from curator_dask.errors import CuratorDaskError
+from curator_dask.stages.model import NEMO_PACKAGE
 
 LIBRARIES = ("curator_dask", NEMO_PACKAGE)
 ALLOW_OPTION = "--allow-target-module"
@@ -41,7 +42,7 @@ PATH_ARGUMENTS = {
 }
 
 
-class PipelineDefinitionError(ValueError):
+class PipelineDefinitionError(ValueError, CuratorDaskError):
     """The pipeline file or reference is invalid; the message names the field."""
 
 

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from curator_dask.dedup.phases import ID_COLUMN
 from curator_dask.dedup.text import normalize_text, text_md5_words
+from curator_dask.utils import private_api
 from curator_dask.utils.atomic import write_atomic
 
 logger = logging.getLogger(__name__)
@@ -120,8 +121,8 @@ def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
     if fs.exists(root):
         fs.rm(root, recursive=True)
     fs.makedirs(root, exist_ok=True)
-    id_type = pa.Schema.from_pandas(frame._meta[[ID_COLUMN]], preserve_index=False).field(
-        ID_COLUMN).type
+    empty = private_api.dataframe_meta(frame)[[ID_COLUMN]]
+    id_type = pa.Schema.from_pandas(empty, preserve_index=False).field(ID_COLUMN).type
     writer = _PartWriter(out_dir=plan.out_dir, id_name=plan.id_name, id_type=id_type,
                          storage_options=plan.storage_options,
                          write_kwargs=dict(plan.write_kwargs))

@@ -32,6 +32,8 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from curator_dask.errors import CuratorDaskError
+
 if TYPE_CHECKING:
     from curator_dask.dedup.id_generator_run import RunIdRegistry
 
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 
-class UnknownBatchError(KeyError):
+class UnknownBatchError(KeyError, CuratorDaskError):
     """``get_batch_range`` for a file group that was never registered (NeMo raises a bare
     ``KeyError``; this is one, with a message that says what to do)."""
 

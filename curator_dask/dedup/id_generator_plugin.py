@@ -18,12 +18,13 @@ import asyncio
 import logging
 import threading
 import traceback
-from typing import Any
+from typing import Any, ClassVar
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from curator_dask.backends.dask.keys import is_run_key, run_token
 from curator_dask.dedup.id_generator import IdGeneratorBase
+from curator_dask.utils.unpicklable import RemadeWhenUnpickled
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def shared_handler(scheduler: Any) -> Any:
     return curator_dask_ids
 
 
-class IdGeneratorPlugin(SchedulerPlugin):
+class IdGeneratorPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     """The id registry of one run, on the scheduler (see the module docstring).
 
     Example:
@@ -118,6 +119,8 @@ class IdGeneratorPlugin(SchedulerPlugin):
         >>> plugin.name, plugin.token
         ('curator-dask-ids-0123456789ab', '01234567')
     """
+
+    _remade: ClassVar[dict[str, Any]] = {"_lock": threading.Lock, "_save_lock": threading.Lock}
 
     def __init__(self, run_id: str, state: dict[str, Any], *,
                  checkpoint_file: str | None = None, storage_options: dict | None = None,
@@ -129,15 +132,20 @@ class IdGeneratorPlugin(SchedulerPlugin):
         self.checkpoint_file = checkpoint_file
         self.storage_options = dict(storage_options or {})
         self.owner = owner
+        self.errors: list[str] = []
+        # On the scheduler, from ``start`` on:
+        self.scheduler: Any = None
+        self.generator: IdGeneratorBase | None = None
+        self._saved: tuple[int, int] | None = None  # (next id, groups) the checkpoint holds
+        self._closed = True  # until start: nothing to close
+        # requests (event loop) against snapshots (threads): _lock; saves: _save_lock
+        self._make_remade()
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.generator = from_wire(self.state)
         self.state = None  # the generator holds it now
-        self.errors: list[str] = []
-        self._lock = threading.Lock()  # requests (event loop) against snapshots (threads)
-        self._save_lock = threading.Lock()
-        self._saved: tuple[int, int] | None = self._version()  # what the checkpoint holds
+        self._saved = self._version()
         self._closed = False
         scheduler.handlers[HANDLER] = shared_handler(scheduler)
         scheduler.handlers[close_handler_name(self.run_id)] = self.close_handler
@@ -183,7 +191,7 @@ class IdGeneratorPlugin(SchedulerPlugin):
 
     async def close(self) -> None:
         """Idempotent; also called at the scheduler's shutdown."""
-        if getattr(self, "_closed", True):
+        if self._closed:
             return
         self._closed = True
         try:

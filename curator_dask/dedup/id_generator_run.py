@@ -1,7 +1,7 @@
 """One run's hold on the id generator: checked when the run is made, installed on the run's
 scheduler before any source runs, brought back to the driver when the run ends.
 
-``DaskRun`` (``backends/dask/session.py``) calls, in order:
+``DaskRun`` (``backends/dask/run.py``) calls, in order:
 
 1. :meth:`RunIdRegistry.for_run` when the run is made: ``None`` when no stage generates or
    assigns ids; a run that needs ids without a generator fails here, before the cluster starts.
@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from curator_dask.dedup.id_generator import IdGeneratorBase, _Driver
+from curator_dask.errors import CuratorDaskError
 from curator_dask.resumability.layout import ID_GENERATOR_PATH
 
 logger = logging.getLogger(__name__)
 
 
-class IdGeneratorMissingError(RuntimeError):
+class IdGeneratorMissingError(RuntimeError, CuratorDaskError):
     """A run's stages generate or assign ids, but no id generator exists in the driver."""
 
 

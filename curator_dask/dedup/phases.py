@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, EmptyTask, FileGroupTask
+from curator_dask.utils import private_api
 from curator_dask.utils.atomic import write_atomic
 
 logger = logging.getLogger(__name__)
@@ -313,7 +314,7 @@ def quiet_shuffle_notices() -> Iterator[None]:
     """distributed's P2P plugin logs two WARNING lines per shuffle ("initialized by task",
     "deactivated"); in an embedded cluster its scheduler is this process, so a workflow's
     shuffles would fill the terminal with them. Raised to ERROR for the run, then restored."""
-    log = logging.getLogger("distributed.shuffle._scheduler_plugin")
+    log = logging.getLogger(private_api.SHUFFLE_SCHEDULER_LOGGER)
     level = log.level
     log.setLevel(max(level, logging.ERROR))
     try:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
     SUMMARY_FILE,
@@ -19,7 +20,7 @@ from curator_dask.jobs.summary import (
 )
 
 
-class StopError(RuntimeError):
+class StopError(RuntimeError, CuratorDaskError):
     """The job cannot be stopped as asked (unknown, finished, or another host's process)."""
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.jobs.job import CONFIG_FILE
 from curator_dask.jobs.summary import SUMMARY_FILE
 
@@ -167,7 +168,7 @@ def find_job(job_id: str, work_dir: str, path: str | None = None) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-class JobNotFoundError(FileNotFoundError):
+class JobNotFoundError(FileNotFoundError, CuratorDaskError):
     """No job of that id in the work dir or in the job index (the CLI's exit code 2); the
     message says where it looked.
 
@@ -183,14 +184,20 @@ class JobNotFoundError(FileNotFoundError):
             f"no job {job!r} in {work_dir} or in the job index {index}: give work_dir= the "
             "folder the job ran in (or the job's folder itself)"))
 
+    def __reduce__(self):  # pickle rebuilds from __init__'s arguments, not the message alone
+        return (type(self), (self.job, self.work_dir, self.index, str(self)))
 
-class AmbiguousJobError(ValueError):
+
+class AmbiguousJobError(ValueError, CuratorDaskError):
     """The job index has that job id in several folders; ``folders`` lists them."""
 
     def __init__(self, job: str, folders: list[str]) -> None:
         self.job, self.folders = job, list(folders)
         super().__init__(f"job {job!r} is in several folders: {', '.join(folders)}; give "
                          "work_dir= the folder above the job's")
+
+    def __reduce__(self):
+        return (type(self), (self.job, self.folders))
 
 
 def is_job_folder(path: str) -> bool:

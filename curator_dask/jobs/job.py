@@ -17,6 +17,7 @@ import re
 import secrets
 from typing import Any
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.jobs.redact import redact
 from curator_dask.resumability.fingerprint import diff_configs, diff_inputs
 from curator_dask.utils.atomic import write_json_atomically
@@ -27,7 +28,7 @@ INPUTS_FILE = "input_fingerprints.json"
 PLAN_FILE = "dag_execution_plan.json"
 
 
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(ValueError, CuratorDaskError):
     """A resume whose configuration or inputs differ from the saved job; names each change."""
 
 

@@ -12,7 +12,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from curator_dask.backends.base import RunObserver
+from curator_dask.backends.base import RunEnd, RunObserver
+from curator_dask.errors import RunStopped
 from curator_dask.jobs.control import read_stop_request, stop_request_for
 from curator_dask.jobs.events import EventLog
 from curator_dask.jobs.index import record_job
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
     """``{path: listing info}`` of the source stage's input files."""
-    from curator_dask.models import class_named
+    from curator_dask.stages.model import class_named
     from curator_dask.utils.files import gather_file_infos
 
     source = next((s for s in stages if s.is_source_stage), None)
@@ -56,8 +57,9 @@ def _mode_name(content: bool) -> str:
 class JobRun(RunObserver):
     """The job side of one ``Pipeline.run``: created before execution, finished after it.
 
-    It is the run's :class:`~curator_dask.backends.base.RunObserver`: the executor binds its
-    stop request and progress to it, and sends it the plan and every event.
+    It is the run's :class:`~curator_dask.backends.base.RunObserver`: the run binds its own
+    stop request (what the job's stop-request file reaches) and its progress to it, sends it
+    the plan and every event, and ends the job through :meth:`run_finished`.
 
     Example:
         >>> import tempfile
@@ -205,6 +207,15 @@ class JobRun(RunObserver):
         if type_ == "sources_planned":
             self._write_summary()  # at once: tools should not wait for the next heartbeat
 
+    def run_finished(self, end: RunEnd) -> None:
+        """The job's end as the run ended: ``completed`` (with the result), ``stopped`` (a
+        stop or Ctrl+C) or ``failed``, with the run's error."""
+        if end.completed:
+            self.finish("completed", end.result)
+            return
+        stopped = isinstance(end.error, RunStopped | KeyboardInterrupt)
+        self.finish("stopped" if stopped else "failed", error=end.error)
+
     @property
     def performance_report(self) -> str | None:
         """Where this attempt saves Dask's performance report (needs bokeh), if anywhere."""
@@ -290,7 +301,7 @@ class JobRun(RunObserver):
         """
         from dataclasses import asdict
 
-        from curator_dask.backends.dask.adapter import StageCount
+        from curator_dask.backends.counts import StageCount
 
         snapshot = self._progress() if self._progress is not None else {}
         sources = dict(snapshot.get("sources") or {})

@@ -9,14 +9,16 @@ versions and the method signature it was written against; on any other version a
 checkpointed run on a ``DaskExecutor`` fails with one line naming the supported versions,
 so it can never fall into Ray's path and leave an empty checkpoint behind.
 
-:func:`install` also installs the id generator's redirects (:mod:`curator_dask.nemo.ids`);
-:func:`watch` patches a NeMo module now, or right after the user first imports it.
+:func:`install` patches NeMo's modules that are loaded when it is called (no import hook):
+``DaskExecutor()`` calls it, and so does each run on a ``DaskExecutor``. NeMo's
+``Pipeline.run(checkpoint_path=...)`` reaches no method of the executor before its Ray path, so
+NeMo's pipeline module must be imported before the ``DaskExecutor`` is made, or
+``curator_dask.nemo.install()`` called after it is (docs/nemo-curator.md). It also installs the
+id generator's redirects (:mod:`curator_dask.nemo.ids`).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import inspect
 import sys
 import threading
@@ -28,29 +30,31 @@ PIPELINE_MODULE = "nemo_curator.pipeline.pipeline"
 _METHOD = "_run_with_resumability"
 _PARAMETERS = ["self", "executor", "initial_tasks", "checkpoint_path"]
 _lock = threading.RLock()
-_pending: dict[str, Callable[[Any], None]] = {}  # module name -> its patch, until imported
 
 
 def install() -> None:
-    """Hook NeMo's ``Pipeline`` now if its module is loaded, else as soon as it is imported;
-    the same for the id generator's redirects (:mod:`curator_dask.nemo.ids`)."""
-    watch(PIPELINE_MODULE, _patch)
+    """Hook NeMo's ``Pipeline`` and redirect its id generator (:mod:`curator_dask.nemo.ids`)
+    in those of their modules that are loaded now; a module imported later is patched by the
+    next call. Cheap (a few ``sys.modules`` look-ups) and idempotent; imports nothing of NeMo.
+
+    Example:
+        >>> from curator_dask.nemo import install
+        >>> install()  # after ``import nemo_curator...``, when the DaskExecutor came first
+    """
+    patch_loaded(PIPELINE_MODULE, _patch)
     from curator_dask.nemo import ids
 
     ids.install()
 
 
-def watch(name: str, patch: Callable[[Any], None]) -> None:
-    """Call ``patch(module)`` for NeMo's module ``name`` now if it is loaded, else right after
-    it is first imported (one import watcher on ``sys.meta_path`` serves every name)."""
-    with _lock:
-        module = sys.modules.get(name)
-        if module is None:
-            _pending.setdefault(name, patch)
-            if not any(isinstance(f, _ImportWatcher) for f in sys.meta_path):
-                sys.meta_path.insert(0, _ImportWatcher())
-            return
-    patch(module)
+def patch_loaded(name: str, patch: Callable[[Any], None]) -> bool:
+    """Call ``patch(module)`` when NeMo's module ``name`` is loaded; whether it was."""
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    with _lock:  # two threads making executors patch once
+        patch(module)
+    return True
 
 
 def nemo_version() -> str:
@@ -96,33 +100,3 @@ def _patch(module: Any) -> None:
     _run_with_resumability.__curator_dask_hook__ = True  # type: ignore[attr-defined]
     _run_with_resumability.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(pipeline, _METHOD, _run_with_resumability)
-
-
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Patches watched NeMo modules right after they are first imported (then steps aside)."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        with _lock:
-            # popped first: the find_spec below comes back through this finder
-            patch = _pending.pop(fullname, None)
-            if patch is None:
-                return None
-            if not _pending and self in sys.meta_path:
-                sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, patch)
-        return spec
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, patch: Callable[[Any], None]) -> None:
-        self.loader = loader
-        self.patch = patch
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.loader.exec_module(module)
-        self.patch(module)

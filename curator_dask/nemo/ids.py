@@ -79,12 +79,13 @@ _in_workflow: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def install() -> None:
-    """Redirect NeMo's id generator for DaskExecutor runs, now for its loaded modules and for
-    the others when they are imported (driver: by every ``DaskExecutor()``; workers: when a
-    run's NeMo stages are set up there)."""
-    hook.watch(ID_MODULE, _patch_functions)
-    hook.watch(READER_MODULE, _patch_reader)
-    hook.watch(WORKFLOW_MODULE, _patch_workflow)
+    """Redirect NeMo's id generator for DaskExecutor runs in those of its three modules that
+    are loaded now (driver: :func:`curator_dask.nemo.hook.install`, by every
+    ``DaskExecutor()`` and run; workers: :func:`install_for`). A module imported later is
+    patched by the next call; nothing is imported here."""
+    hook.patch_loaded(ID_MODULE, _patch_functions)
+    hook.patch_loaded(READER_MODULE, _patch_reader)
+    hook.patch_loaded(WORKFLOW_MODULE, _patch_workflow)
 
 
 # -- which function a call runs --------------------------------------------------------------
@@ -140,8 +141,12 @@ def uses_ids(stage: Any) -> bool:
 
 
 def install_for(stages: list[Any]) -> None:
-    """On a worker: install the redirects when one of the run's stages uses ids."""
+    """On a worker (the run's stages are NeMo's): when one of them uses ids, import the id
+    generator's and the reader's modules (the reader's ``setup`` imports the first only then)
+    and redirect them."""
     if any(uses_ids(s) for s in stages):
+        for name in (ID_MODULE, READER_MODULE):
+            _nemo_module(name)
         install()
 
 
@@ -151,9 +156,9 @@ def unsupported_reason() -> str | None:
     version = hook.nemo_version()
     detail = ""
     if hook.is_supported(version):
-        install()
         for name in (ID_MODULE, READER_MODULE):
-            _nemo_module(name)  # imported (if not yet): the watchers patch them
+            _nemo_module(name)  # imported (if not yet), then patched
+        install()
         if {ID_MODULE, READER_MODULE} <= _patched:
             return None
         detail = (" (its id generator functions or its reader's id methods are not the ones "
@@ -230,7 +235,7 @@ class RayStandIn:
         return f"RayStandIn({self._real!r})"
 
 
-# -- the patches (called with the lock of hook.watch released) ----------------------------------
+# -- the patches (called by hook.patch_loaded, under its lock) ----------------------------------
 def _supported() -> bool:
     return hook.is_supported(hook.nemo_version())
 

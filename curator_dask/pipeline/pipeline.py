@@ -9,9 +9,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from curator_dask import lineage
-from curator_dask.backends.base import BaseExecutor, RunObserver, RunOptions
-from curator_dask.models import class_named, is_stage_class
+from curator_dask.backends.base import BaseExecutor, RunEnd, RunOptions
 from curator_dask.stages.base import ProcessingStage
+from curator_dask.stages.model import class_named, is_stage_class
 
 if TYPE_CHECKING:
     from curator_dask.tasks import Task
@@ -171,25 +171,30 @@ class Pipeline:
             max_concurrent_partitions=max_concurrent_partitions, job=as_job)
         job = self._start_job(options, checkpoint_path, work_dir, job_id, resume,
                               verify_content, command) if as_job else None
-        try:
+        try:  # the job's own checks, before the run exists: the run ends the job otherwise
             if job is not None:
                 options = options.for_job(self.stages, job.checkpoint_path,
-                                          job.performance_report)
-            result = self._run(executor, initial_tasks, options, job)
-        except BaseException as exc:
-            if job is None:
-                raise
-            from curator_dask.errors import RunStopped, is_run_interrupted, run_interrupted
+                                          job.performance_report, job.resume_command)
+            if executor is None:
+                from curator_dask.backends.dask import DaskExecutor
 
-            stopped = isinstance(exc, RunStopped | KeyboardInterrupt)
-            job.finish("stopped" if stopped else "failed", error=exc)
-            if job.resume_command and isinstance(exc, RunStopped):
-                raise RunStopped(f"{exc}; resume with: {job.resume_command}") from None
-            if job.resume_command and is_run_interrupted(exc):
-                raise run_interrupted(f"{exc}; resume with: {job.resume_command}") from None
+                executor = DaskExecutor()
+            foreign = not isinstance(executor, BaseExecutor)
+            if foreign:  # another project's executor: the plain call, nothing it cannot honour
+                asked = options.requested() + (["a job"] if job is not None else [])
+                if asked:
+                    msg = f"{type(executor).__name__} does not support {asked}; use DaskExecutor"
+                    raise TypeError(msg)
+        except BaseException as exc:
+            if job is not None:
+                job.run_finished(RunEnd(error=exc))
             raise
+        logger.info("Running pipeline %r with %d stages", self.name, len(self.stages))
+        if foreign:
+            return self._run_foreign(executor, initial_tasks, options)
+        # The executor owns the run from here: the job hears how it ended (run_finished).
+        result = executor.execute(self.stages, initial_tasks, options=options, observer=job)
         if job is not None:
-            job.finish("completed", result)
             result.job_id = job.job_id
         return result
 
@@ -207,36 +212,17 @@ class Pipeline:
                     f"; resume with: {job.resume_command}" if job.resume_command else "")
         return job
 
-    def _run(self, executor: Any, initial_tasks: list[Task] | None, options: RunOptions,
-             observer: RunObserver | None) -> list[Task]:
+    def _run_foreign(self, executor: Any, initial_tasks: list[Task] | None,
+                     options: RunOptions) -> list[Task]:
+        """Another project's executor (NeMo Curator's, say): what our executor's run does
+        before it starts (writers' output modes, root ids), then its two-argument call."""
         for stage in self.stages:
             prepare = getattr(stage, "prepare_output", None)
             if callable(prepare):
                 prepare(checkpoint_path=options.checkpoint_path)
-        if executor is None:
-            from curator_dask.backends.dask import DaskExecutor
-
-            executor = DaskExecutor()
         if initial_tasks:
             lineage.assign_root_task_ids(initial_tasks)
-        shard = None
-        if options.slurm_array is not None:
-            from curator_dask.slurm.run import ArrayShardRun
-
-            shard = ArrayShardRun(options.slurm_array, options.checkpoint_path)
-        logger.info("Running pipeline %r with %d stages", self.name, len(self.stages))
-        if isinstance(executor, BaseExecutor):
-            result = executor.execute(self.stages, initial_tasks, options=options,
-                                      observer=observer)
-        else:  # another project's executor: the plain call, and nothing it cannot honour
-            asked = options.requested() + (["a job"] if observer is not None else [])
-            if asked:
-                msg = f"{type(executor).__name__} does not support {asked}; use DaskExecutor"
-                raise TypeError(msg)
-            result = executor.execute(self.stages, initial_tasks)
-        if shard is not None:
-            shard.finish(result)
-        return result
+        return executor.execute(self.stages, initial_tasks)
 
 
 def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.resumability.counters import set_source_id, source_deltas
 from curator_dask.resumability.plugin import CompletionPlugin, handler_names
 from curator_dask.utils.files import is_remote_url
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 CHECK_BLOCK = 50_000  # source ids per "which are complete?" call to the scheduler
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, CuratorDaskError):
     """The completion plugin failed; completions after the failure may not be recorded."""
 
 

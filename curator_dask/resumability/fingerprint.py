@@ -26,7 +26,7 @@ from typing import Any
 import fsspec
 
 from curator_dask.jobs.redact import is_secret_name, redact, redact_secret
-from curator_dask.models import class_named
+from curator_dask.stages.model import class_named
 
 _MAX_DEPTH = 6
 # Inside a held object, a container with more items than this is fingerprinted by its length

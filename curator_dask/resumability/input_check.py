@@ -27,6 +27,7 @@ from typing import Any
 
 import fsspec
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.resumability.fingerprint import diff_inputs, input_fingerprints
 from curator_dask.resumability.layout import INPUT_FINGERPRINTS_SUBDIR
 
@@ -36,7 +37,7 @@ MODES = ("off", "fingerprint", "content")
 ON_CHANGE = ("reprocess", "error")
 
 
-class InputChangedError(ValueError):
+class InputChangedError(ValueError, CuratorDaskError):
     """Completed sources whose inputs changed, with ``on_input_change="error"``."""
 
 
@@ -70,7 +71,7 @@ class InputCheck:
         return self.mode != "off"
 
     def _source_files(self, task: Any) -> dict[str, Any]:
-        from curator_dask.models import class_named
+        from curator_dask.stages.model import class_named
 
         if not class_named(task, "FileGroupTask"):  # either model's
             msg = (f"verify_inputs={self.mode!r} needs sources that are file groups (a "

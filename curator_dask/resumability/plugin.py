@@ -23,13 +23,14 @@ import queue
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, ClassVar
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from curator_dask.resumability.completed_set import CompletedSet
 from curator_dask.resumability.counters import CounterBook
 from curator_dask.resumability.store import CompletionStore
+from curator_dask.utils.unpicklable import RemadeWhenUnpickled
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +53,17 @@ def forget_events(scheduler: Any) -> None:
     turn as it publishes), so keeping them would hold every source's deltas in the
     scheduler's memory for nothing.
     """
-    broker = getattr(scheduler, "_broker", None)
+    from curator_dask.utils import private_api
+
+    broker = private_api.event_broker(scheduler)
     if broker is not None and hasattr(broker, "truncate"):
         broker.truncate(TOPIC)
 
 
-class CompletionPlugin(SchedulerPlugin):
+class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     """One checkpointed run's completion counter and LMDB writer, on the scheduler."""
+
+    _remade: ClassVar[dict[str, Any]] = {"_queue": queue.Queue, "_cv": threading.Condition}
 
     def __init__(
         self,
@@ -82,19 +87,26 @@ class CompletionPlugin(SchedulerPlugin):
         self.flush_interval = flush_interval
         self.publish_interval = publish_interval
         self.errors: list[str] = []
-
-    # -- lifecycle --------------------------------------------------------------------------
-    async def start(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
+        # On the scheduler, from ``start`` on: the store, the counters, the writer thread.
+        self.scheduler: Any = None
+        self.store: CompletionStore | None = None
+        self.book: CounterBook | None = None
+        self.loaded = 0  # sources the checkpoint held complete when the run started
         self.failed_sources: set[str] = set()
         self.warnings: dict[str, int] = {}
         self.deltas_received = 0
         self.completed_in_run = 0  # sources recorded complete by this run
-        self._closed = False
-        self._queue: queue.Queue = queue.Queue()
-        self._cv = threading.Condition()
+        self._closed = True  # until start: nothing to close
+        self._thread: threading.Thread | None = None
         self._submitted = 0
         self._committed = 0
+        # what the writer thread commits (_queue), guarding _submitted / _committed (_cv)
+        self._make_remade()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self._closed = False
         # Opening the store and reading every writer's file can take a while: not on the loop.
         self.store, completed = await asyncio.to_thread(self._open_store)
         self.book = CounterBook(completed)
@@ -117,7 +129,7 @@ class CompletionPlugin(SchedulerPlugin):
 
     async def close(self) -> None:
         """Flush and close the store (idempotent); also called at scheduler shutdown."""
-        if getattr(self, "_closed", True):
+        if self._closed or self._thread is None:  # closed, or the store never opened
             return
         self._closed = True
         await self._drain()

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 
 import lmdb
 
+from curator_dask.errors import CuratorDaskError
+
 if TYPE_CHECKING:
     from curator_dask.resumability.completed_set import CompletedSet
 
@@ -51,7 +53,7 @@ MAX_HEX = 12  # as completed_set.MAX_HEX: longer ids are sent as they are
 Outcome = tuple["CompletedSet | None", BaseException | None]
 
 
-class ReaderCrashedError(lmdb.Error):
+class ReaderCrashedError(lmdb.Error, CuratorDaskError):
     """Reading a writer file killed the reader process: the file is damaged."""
 
 

@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any
 
+from curator_dask.utils import private_api
 from curator_dask.utils.hash_seed import worker_hash_seed
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,8 @@ class SlurmClusterHandle:
             self.cluster.adapt(
                 Adaptive=_adaptive_class(), minimum_jobs=self.adapt[0],
                 maximum_jobs=self.adapt[1], **timing,
-                threads_per_worker=int(self.cluster._dummy_job.worker_process_threads))
+                threads_per_worker=int(
+                    private_api.slurm_job_template(self.cluster).worker_process_threads))
             watch = self._watch_adaptive
         self._thread = threading.Thread(target=watch, args=(watchdog_interval,),
                                         name="curator-dask-slurm-watchdog", daemon=True)
@@ -161,7 +163,7 @@ class SlurmClusterHandle:
     @property
     def threads_per_job(self) -> int:
         """Dask worker threads one worker job offers (its processes x threads per process)."""
-        job = self.cluster._dummy_job  # what dask-jobqueue's own adapt() and scale() read
+        job = private_api.slurm_job_template(self.cluster)  # what its adapt() and scale() read
         return int(job.worker_processes) * int(job.worker_process_threads)
 
     @property

@@ -16,15 +16,17 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from curator_dask.errors import CuratorDaskError
+
 DEFAULT_CPUS_PER_TASK = 16  # the most a task asks for when --cpus-per-task is not given
 
 
-class RequestRefused(ValueError):
+class RequestRefused(ValueError, CuratorDaskError):
     """The request cannot run in the partition; the message names the request, the partition's
     limit and the option to change."""
 
 
-class SlurmQueryError(RuntimeError):
+class SlurmQueryError(RuntimeError, CuratorDaskError):
     """``sinfo`` or ``sbatch --test-only`` could not be asked (not installed, no controller)."""
 
 

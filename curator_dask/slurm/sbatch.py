@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from curator_dask import config as _config
+from curator_dask.errors import CuratorDaskError
 from curator_dask.utils.hash_seed import CONFIG_KEY as HASH_SEED_KEY
 from curator_dask.utils.hash_seed import ENV as HASH_SEED_ENV
 from curator_dask.utils.hash_seed import check_hash_seed, worker_hash_seed
@@ -25,7 +26,7 @@ from curator_dask.utils.hash_seed import check_hash_seed, worker_hash_seed
 _ARRAY_RE = re.compile(r"^\d+(-\d+)?(:\d+)?(,\d+(-\d+)?(:\d+)?)*(%\d+)?$")
 
 
-class SbatchError(RuntimeError):
+class SbatchError(RuntimeError, CuratorDaskError):
     """``sbatch`` failed; the message carries the command, exit code, stdout and stderr."""
 
 

@@ -62,6 +62,6 @@ class Resources:
 
     def dask_resources(self) -> dict[str, float]:
         """The Dask worker resources one task of this stage holds while it runs."""
-        from curator_dask.models import dask_resources
+        from curator_dask.stages.model import dask_resources
 
         return dask_resources(self)

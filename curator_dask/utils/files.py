@@ -10,12 +10,14 @@ from glob import has_magic
 
 import fsspec
 
+from curator_dask.errors import CuratorDaskError
+
 logger = logging.getLogger(__name__)
 
 _ALLOW_HINT = "pass allow_no_files=True (FilePartitioningStage or the reader) to accept that"
 
 
-class NoInputFilesError(FileNotFoundError):
+class NoInputFilesError(FileNotFoundError, CuratorDaskError):
     """An entry of ``file_paths`` names no file to read: a path that does not exist, a glob
     that matches nothing, or a directory (or file) without the wanted extensions.
 

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask.adapter import StageAdapter, run_stages
 from curator_dask.backends.dask.plan import ExecutionPlan, FusionGroup, build_plan
 from curator_dask.errors import StageError
 from curator_dask.lineage import get_deterministic_hash

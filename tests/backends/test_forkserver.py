@@ -53,8 +53,10 @@ def _views(executor: DaskExecutor) -> list[dict]:
 
 def test_workers_are_forked_by_the_preloaded_server_not_by_the_driver(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, DRIVER_ONLY, types.ModuleType(DRIVER_ONLY))
-    monkeypatch.chdir(tmp_path)  # after the server started (at import): the workers follow
-    with DaskExecutor(n_workers=2, progress=False) as executor:
+    executor = DaskExecutor(n_workers=2, progress=False)
+    executor.prepare_workers()  # the server starts in the directory of the time
+    monkeypatch.chdir(tmp_path)  # later: the workers follow the driver, not the server
+    with executor:
         assert executor.cluster.curator_dask_start_method == "forkserver"
         server = forkserver.server_pid()
         views = _views(executor)
@@ -152,23 +154,27 @@ def _gone(pid: int, timeout: float = 10) -> None:
 EARLY = """
 import atexit, gc, os, sys
 atexit.register(lambda: print("frozen at exit", gc.get_freeze_count() > 0, flush=True))
-from curator_dask import Pipeline  # a driver: the server starts here
+from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 from curator_dask.backends.dask import forkserver
-early = forkserver.server_pid()
-import dask  # the driver's own imports go on meanwhile
-from curator_dask import DaskExecutor, JsonlReader, JsonlWriter
+imported = forkserver.server_pid()
+executor = DaskExecutor(n_workers=1, progress=False)
+made = forkserver.server_pid()
+executor.prepare_workers()  # what a run does first
+prepared = forkserver.server_pid()
 p = Pipeline(name="p").add_stage(JsonlReader(file_paths="input")).add_stage(
     JsonlWriter(path="output"))
-p.run(executor=DaskExecutor(n_workers=1, progress=False))
-print("early", early, "used", forkserver.server_pid(), flush=True)
+p.run(executor=executor)
+print("imported", imported, "made", made, "prepared", prepared, "used", forkserver.server_pid(),
+      flush=True)
 """
 
 
 @pytest.mark.parametrize("setting", ["default", "off"])
-def test_the_server_starts_when_a_driver_imports_pipeline(tmp_path, setting):
-    """``from curator_dask import Pipeline`` in a driver starts the server, which the run then
-    uses (same environment, same modules); turned off, the executor starts it. A driver that
-    ran an embedded cluster freezes its objects at exit (``local-cluster.freeze-at-exit``)."""
+def test_the_server_starts_when_a_run_begins_not_at_import(tmp_path, setting):
+    """Getting ``Pipeline`` or making a ``DaskExecutor`` starts no server; a run starts it
+    ahead of its cluster (``prepare_workers``), and the cluster uses that one; turned off, the
+    cluster's start starts it. A driver that ran an embedded cluster freezes its objects at
+    exit (``local-cluster.freeze-at-exit``)."""
     generate_jsonl(str(tmp_path / "input"), files=2, docs_per_file=3, seed=4)
     env = dict(os.environ)
     if setting == "off":
@@ -178,19 +184,25 @@ def test_the_server_starts_when_a_driver_imports_pipeline(tmp_path, setting):
                           capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     words = dict(zip(*[iter(proc.stdout.split("\n")[0].split())] * 2, strict=True))
+    assert words["imported"] == words["made"] == "None" != words["used"], proc.stdout
     if setting == "default":
-        assert words["early"] == words["used"] != "None", proc.stdout
+        assert words["prepared"] == words["used"], proc.stdout
         assert "frozen at exit True" in proc.stdout
     else:
-        assert words["early"] == "None" and words["used"] != "None", proc.stdout
+        assert words["prepared"] == "None", proc.stdout
         assert "frozen at exit False" in proc.stdout
 
 
 def test_a_driver_of_another_cluster_lets_an_unused_server_go():
+    from distributed import LocalCluster
+
     with DaskExecutor(n_workers=1, progress=False):
         pass
     pid = forkserver.server_pid()
     assert pid is not None  # kept for the next embedded cluster
-    DaskExecutor(address="tcp://127.0.0.1:1")  # never connected: only made
-    assert forkserver.server_pid() is None
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as other:
+        executor = DaskExecutor(address=other.scheduler_address, progress=False)
+        assert forkserver.server_pid() == pid  # made only: nothing happens yet
+        with executor:  # its start lets the unused server go
+            assert forkserver.server_pid() is None
     _gone(pid)

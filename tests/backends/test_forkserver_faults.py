@@ -108,7 +108,8 @@ def _run(tmp_path: Path, caplog: pytest.LogCaptureFixture, *, children: int,
     executor = DaskExecutor(n_workers=2, progress=False,
                             cluster_kwargs={"preload": [str(preload)]})
     killer = Killer(gate, children, times)
-    if children == 0:  # "as soon as it exists": before the run starts the cluster
+    if children == 0:  # "as soon as it exists": started ahead, killed before the run
+        executor.prepare_workers()
         killer._run()
         poll_for(lambda: _gone(killer.killed[0]), 30, "the killed forkserver is still there")
     else:

@@ -59,7 +59,7 @@ def test_the_first_stage_over_initial_tasks_runs_on_the_workers(tmp_path, execut
     assign_root_task_ids(reference)
     stages = [StampPid(), JsonlWriter(path=str(tmp_path / "unused"))]
     stages[0].is_source_stage, stages[1].is_sink_stage = True, True
-    from curator_dask.backends.dask.adapter import StageCount
+    from curator_dask.backends.counts import StageCount
 
     expected = run_head(stages, build_plan(stages, fuse=True), reference,
                         {0: StageCount(), 1: StageCount()})

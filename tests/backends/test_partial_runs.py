@@ -41,7 +41,7 @@ def partial_warnings(recwarn) -> list:
 
 def end_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "curator_dask.backends.dask.session" and r.getMessage().startswith(
+            if r.name == "curator_dask.backends.dask.run" and r.getMessage().startswith(
                 "Finished")]
 
 

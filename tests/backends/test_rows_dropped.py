@@ -7,7 +7,8 @@ import json
 
 import pyarrow as pa
 
-from curator_dask.backends.dask.adapter import StageAdapter, StageCount
+from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask.adapter import StageAdapter
 from curator_dask.backends.dask.result import CountsTable, RunResult
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, FailedTask, FileGroupTask

@@ -19,8 +19,8 @@ from nemo_curator.stages.text.modifiers import Modify, UrlRemover
 
 from curator_dask.cli import loader
 from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
-from curator_dask.models import is_nemo
 from curator_dask.pipeline import Pipeline
+from curator_dask.stages.model import is_nemo
 from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[2]

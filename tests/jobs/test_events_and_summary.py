@@ -73,7 +73,7 @@ def test_event_volume_stays_bounded_at_100000_sources():
     """100,000 one-source Dask tasks through the executor's event stream: per-task records up
     to the detail limit, then per-window sums that still add up to every source and row (and
     every submission: ``source_start``); one ``stage_start`` per stage that ran."""
-    from curator_dask.backends.dask.adapter import StageCount
+    from curator_dask.backends.counts import StageCount
     from curator_dask.backends.dask.events import EventStream
     from curator_dask.backends.dask.worker import GroupResult
 
@@ -105,7 +105,7 @@ def test_event_volume_stays_bounded_at_100000_sources():
 
 
 def test_live_progress_counts_sources_per_stage():
-    from curator_dask.backends.dask.adapter import StageCount
+    from curator_dask.backends.counts import StageCount
     from curator_dask.backends.dask.progress import LiveProgress
 
     class Stage:

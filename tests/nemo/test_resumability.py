@@ -83,14 +83,21 @@ def test_other_nemo_versions_are_refused_in_one_line(tmp_path, executor, monkeyp
     assert not (tmp_path / "ck" / ".nemo_curator_metadata").exists()  # nothing ran
 
 
-def test_executor_made_before_nemo_is_imported_still_hooks_the_pipeline(tmp_path):
-    """The hook waits for NeMo's pipeline module when the executor comes first."""
+def test_executor_made_before_nemo_is_imported_hooks_the_pipeline_once_installed(tmp_path):
+    """No import hook: NeMo imported after the executor was made is patched by
+    ``curator_dask.nemo.install()`` (docs/migrating-from-nemo-curator.md)."""
     script = textwrap.dedent(f"""
         import sys
+        import curator_dask.nemo
         from curator_dask import DaskExecutor
         executor = DaskExecutor(n_workers=1, progress=False)
         assert "nemo_curator.pipeline.pipeline" not in sys.modules
+        from nemo_curator.pipeline.pipeline import Pipeline
         from tests.nemo.nemo_pipelines import int_pipeline
+        hooked = lambda: getattr(Pipeline._run_with_resumability, "__curator_dask_hook__", False)
+        assert not hooked()  # nothing watched the import
+        curator_dask.nemo.install()
+        assert hooked()
         out = int_pipeline(2).run(executor=executor, checkpoint_path={str(tmp_path / 'ck')!r})
         print(sorted(t.data for t in out))
     """)

@@ -59,7 +59,24 @@ def render() -> str:
     lines.append("")
     for _name, path, _obj in objects:
         lines += [f"::: {path}", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _errors_section())
+
+
+def _errors_section() -> list[str]:
+    """Every exception class of the package, from ``curator_dask.errors``' docstring (its table
+    is checked against the classes the package defines by tests/test_errors_base.py)."""
+    return [
+        "## Errors",
+        "",
+        "The table below is the docstring of `curator_dask.errors`.",
+        "",
+        "::: curator_dask.errors",
+        "    options:",
+        "      members: false",
+        "      show_root_heading: false",
+        "      show_root_toc_entry: false",
+        "",
+    ]
 
 
 def main() -> int:

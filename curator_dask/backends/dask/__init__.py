@@ -1,7 +1,6 @@
 """The Dask backend: ``from curator_dask.backends.dask import DaskExecutor``.
 
-The executor is imported on first use, so that :mod:`.forkserver` (imported by the package
-before anything of Dask's) stays light.
+The executor is imported on first use, so that importing the package stays light.
 """
 
 from __future__ import annotations

@@ -17,7 +17,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from curator_dask.backends.dask.adapter import StageCount
+from curator_dask.backends.counts import StageCount
+from curator_dask.resumability.stage_checkpoints.records import CheckpointTotals
+
+# Stage-checkpoint notes sent as ``warning`` events; the rest are counted in one more.
+NOTES_SENT = 100
 
 
 class EventStream:
@@ -43,9 +47,7 @@ class EventStream:
         self._window_sources = [0, 0, 0]  # completed, failed, submitted
         self._stages_started: set[int] = set()
         self._window_start = time.time()
-        self.saved: dict[int, list] = {}
-        self.loaded: dict[int, int] = {}
-        self.notes: list[str] = []
+        self.checkpoints = CheckpointTotals()  # every chain's stage-checkpoint totals, summed
 
     def emit(self, type_: str, **fields: Any) -> None:
         if self.on_event is not None:
@@ -83,17 +85,13 @@ class EventStream:
             self.flush_window()
 
     def _checkpoint_totals(self, result: Any) -> None:
-        for stage, (n, size, secs) in result.saved.items():
-            rec = self.saved.setdefault(stage, [0, 0, 0.0])
-            rec[0] += n
-            rec[1] += size
-            rec[2] += secs
-        for stage, n in result.loaded.items():
-            self.loaded[stage] = self.loaded.get(stage, 0) + n
-        for note in result.notes:
-            if len(self.notes) < 100:
-                self.emit("warning", message=note)
-            self.notes.append(note)
+        record = result.checkpoint
+        if record is None:  # a run without stage checkpoints
+            return
+        sent = len(self.checkpoints.notes)
+        self.checkpoints.merge(record.totals)
+        for note in record.totals.notes[:max(0, NOTES_SENT - sent)]:
+            self.emit("warning", message=note)
 
     def _task_records(self, ids: list[str], result: Any, done: int, failed: list[str]) -> None:
         task_id = _task_id(ids)
@@ -129,14 +127,15 @@ class EventStream:
 
     def checkpoint_totals(self) -> None:
         """One ``checkpoint_save`` / ``checkpoint_load`` record per boundary stage."""
-        for stage, (n, size, secs) in sorted(self.saved.items()):
-            self.emit("checkpoint_save", stage=self.names[stage], index=stage, count=n,
-                      bytes=size, seconds=round(secs, 3))
-        for stage, n in sorted(self.loaded.items()):
+        totals = self.checkpoints
+        for stage, saved in sorted(totals.saved.items()):
+            self.emit("checkpoint_save", stage=self.names[stage], index=stage,
+                      count=saved.entries, bytes=saved.bytes, seconds=round(saved.seconds, 3))
+        for stage, n in sorted(totals.loaded.items()):
             self.emit("checkpoint_load", stage=self.names[stage], index=stage, count=n)
-        if len(self.notes) > 100:
-            self.emit("warning", message=f"{len(self.notes) - 100} more stage checkpoint "
-                      "warnings (see the driver log)")
+        if len(totals.notes) > NOTES_SENT:
+            self.emit("warning", message=f"{len(totals.notes) - NOTES_SENT} more stage "
+                      "checkpoint warnings (see the driver log)")
 
     def run_totals(self, counts: dict[int, StageCount], summary: dict[str, Any] | None) -> None:
         """The end of a run: the open window, one record per stage, failures and warnings."""
@@ -155,12 +154,8 @@ class EventStream:
             self.flush_window()
 
     def checkpoint_summary(self) -> dict[str, Any]:
-        return {
-            "saved": {self.names[i]: {"count": n, "bytes": b, "seconds": round(t, 3)}
-                      for i, (n, b, t) in sorted(self.saved.items())},
-            "loaded": {self.names[i]: n for i, n in sorted(self.loaded.items())},
-            "fallbacks": len(self.notes),
-        }
+        """``RunResult.stage_checkpoints``: saves and loads per stage name, fallbacks."""
+        return self.checkpoints.summary(self.names)
 
 
 def _task_id(ids: list[str]) -> str:

@@ -1,8 +1,9 @@
 """``DaskExecutor``: the executor's options, its cluster's lifecycle, and ``execute``.
 
 The driver runs the head (stages up to the source) itself, then keeps at most
-``max_in_flight`` Dask tasks in flight on the cluster (:mod:`.streaming`); one run's steps
-are in :mod:`.session`, every way to get a cluster in :mod:`.clusters`.
+``max_in_flight`` Dask tasks in flight on the cluster (:mod:`.streaming`); one run, from its
+options to its result, is :mod:`.run`'s ``DaskRun``, its stop :mod:`.stop`'s, every way to get a
+cluster in :mod:`.clusters`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,21 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import dask.config
+
 from curator_dask import config as _config
 from curator_dask.backends.base import BaseExecutor, NullObserver, RunObserver, RunOptions
 from curator_dask.backends.dask.result import RunResult
-from curator_dask.backends.dask.streaming import StopSignal
+from curator_dask.backends.dask.stop import RUNS
 from curator_dask.nemo import hook
+from curator_dask.utils import private_api
+
+# distributed's config defaults are loaded with the executor, without importing distributed
+# (that waits for the run, after its workers' server has started): a caller's
+# dask.config.set({"distributed...": ...}) around DaskExecutor(...) would otherwise drop them
+# on exit, with the keys it added, when distributed is first imported inside the block.
+if "distributed" not in dask.config.config:
+    dask.config.update_defaults(private_api.distributed_defaults())
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -136,21 +147,15 @@ class DaskExecutor(BaseExecutor):
         )
         self.cluster_kwargs = dict(cluster_kwargs or {})
         self.drain_timeout = float(_config.get("execution.drain-timeout"))
-        # Each run has its own stop (two runs on one entered executor stop independently);
-        # request_stop reaches every run in progress. The lock orders start, close and the
-        # set of runs for runs made from several threads.
+        # Each run has its own stop, in the process's registry of runs (stop.RUNS) while it
+        # is in progress: two runs on one entered executor stop independently. The lock
+        # orders start, close and the end of a run for runs made from several threads.
         self._lock = threading.RLock()
-        self._runs: set[StopSignal] = set()
-        hook.install()  # NeMo's Pipeline.run(checkpoint_path=...) then runs here, not on Ray
+        # NeMo's loaded modules: its Pipeline.run(checkpoint_path=...) then runs here, not on
+        # Ray (no process starts before start(), no import hook: curator_dask/nemo/hook.py)
+        hook.install()
         self._provisioned: Any = None
         self._entered = False
-        from curator_dask.backends.dask.local import prestart_workers
-
-        # the embedded workers' forkserver imports their modules while the run is prepared
-        prestart_workers(self.address is None and client is None
-                         and self.cluster_kind == "local"
-                         and self.cluster_kwargs.get("processes", True) is not False,
-                         _config.get("local-cluster.malloc-trim-threshold"))
 
     @property
     def _client(self) -> Client | None:
@@ -183,7 +188,7 @@ class DaskExecutor(BaseExecutor):
             if not was_entered:
                 with self._lock:
                     self._entered = False
-                    if not self._runs:
+                    if not RUNS.of(self):
                         self.close()
 
     @property
@@ -204,25 +209,18 @@ class DaskExecutor(BaseExecutor):
 
         Safe to call from a signal handler or another thread. Each run then raises
         :class:`~curator_dask.errors.RunStopped` after flushing its checkpoint. A request
-        made while no run is in progress is not kept for a later run.
+        made while no run is in progress is not kept for a later run. It goes through the
+        registry of runs in progress (:func:`curator_dask.backends.dask.stop.request_stop`,
+        limited to this executor's runs).
         """
-        for stop in list(self._runs):
-            stop.request(reason)
+        RUNS.request(reason, executor=self)
 
-    def run_started(self) -> StopSignal:
-        """A new run's own stop signal, reached by :meth:`request_stop` until
-        :meth:`run_ended`."""
-        stop = StopSignal()
+    def run_ended(self) -> None:
+        """A run on this executor ended (its ``DaskRun`` left the registry of runs): the
+        cluster is closed when this executor is not entered (a context manager) and no other
+        run is still in progress on it."""
         with self._lock:
-            self._runs.add(stop)
-        return stop
-
-    def run_ended(self, stop: StopSignal) -> None:
-        """The end of a run: the cluster is closed when this executor is not entered (a
-        context manager) and no other run is still in progress on it."""
-        with self._lock:
-            self._runs.discard(stop)
-            if not self._entered and not self._runs:
+            if not self._entered and not RUNS.of(self):
                 self.close()
 
     # -- cluster lifecycle ------------------------------------------------------------------
@@ -237,6 +235,10 @@ class DaskExecutor(BaseExecutor):
 
             kind = ("client" if self._given_client is not None
                     else "address" if self.address is not None else self.cluster_kind)
+            if kind != "local":  # an embedded cluster's forkserver that none will use goes
+                from curator_dask.backends.dask.local import release_unused_server
+
+                release_unused_server()
             self._provisioned = provision(ClusterSpec(
                 kind=kind, address=self.address, client=self._given_client, jobs=self.jobs,
                 adapt=self.adapt, tls=self.tls, n_workers=self.n_workers,
@@ -295,11 +297,33 @@ class DaskExecutor(BaseExecutor):
         checkpoints, input verification, an array shard and a performance report; ``observer``
         (a job) receives the plan, events and progress, and can ask the run to stop.
         """
-        from curator_dask.backends.dask.session import DaskRun
+        # The workers' server first: it imports their modules while this process imports
+        # distributed and runs its part of the run (a refused run leaves an idle server,
+        # which exits with this process or is reused by the next run).
+        self.prepare_workers()
+        from curator_dask.backends.dask.run import DaskRun
 
+        hook.install()  # NeMo's modules imported since this executor was made
         run = DaskRun(self, stages, options or RunOptions.plain(), observer or NullObserver(),
                       initial_tasks)
         return run.execute()
+
+    def prepare_workers(self) -> None:
+        """Start the forkserver an embedded cluster's workers will come from, ahead of the
+        cluster (it imports their modules meanwhile, in a process of its own); nothing once
+        the cluster is started, for another kind of cluster, or with config
+        ``local-cluster.forkserver-prestart`` false. :meth:`execute` calls it when a run
+        begins, never the constructor. Never fails: the cluster's start tries again.
+
+        Example:
+            >>> # executor.prepare_workers()  # e.g. before a slow set-up of your own
+        """
+        if (self._provisioned is None and self._given_client is None and self.address is None
+                and self.cluster_kind == "local"
+                and self.cluster_kwargs.get("processes", True) is not False):
+            from curator_dask.backends.dask.local import prepare_workers
+
+            prepare_workers(_config.get("local-cluster.malloc-trim-threshold"))
 
 
 def _check_adapt(cluster: Any, jobs: Any, adapt: Any) -> tuple[int, int] | None:

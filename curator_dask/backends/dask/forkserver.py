@@ -25,12 +25,17 @@ and replaced by a new one when that environment has changed by the time a cluste
 ``start-method: spawn`` brings back one fresh interpreter per worker. A server that died is
 started again by the next cluster (:mod:`.local` retries a cluster start it broke, once).
 
-The server is started as early as the driver shows it will run pipelines: when it first gets
-``Pipeline`` or ``DaskExecutor`` from ``curator_dask`` (:func:`prestart_on_import`), so that
-the server imports the workers' modules while the driver still imports its own; else when a
-``DaskExecutor`` for a local cluster is made. Only the driver's main process does that (not a
-worker, not a rank of a multi-task SLURM step), and a server that no cluster will use is let go
-when a ``DaskExecutor`` for another cluster is made.
+The server is started when a run on an embedded cluster begins (:func:`prestart`, from
+``DaskExecutor.prepare_workers``; config ``local-cluster.forkserver-prestart``), so that it
+imports the workers' modules while the driver runs its part of the run, else by the cluster's
+start (:func:`workers_from`, entered by :func:`.local.embedded_cluster` in
+``DaskExecutor.start``); never at import or when a ``DaskExecutor`` is made: getting
+``Pipeline`` or ``DaskExecutor`` from ``curator_dask`` starts no process. A server that no
+cluster uses is let go when a cluster of another kind starts, or an embedded one with
+``start-method: spawn``.
+
+The private attributes of ``multiprocessing``'s ``ForkServer`` this needs are read and written
+through :mod:`curator_dask.utils.private_api`.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from curator_dask.backends.dask.forkserver_preload import PRELOAD_ENV
+from curator_dask.utils import private_api
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +65,7 @@ _VOLATILE = frozenset({PRELOAD_ENV, "PYTEST_CURRENT_TEST"})
 _lock = threading.Lock()
 # pid: the server this module started, from process owner; key: its environment and modules;
 # users: embedded clusters alive with workers from it.
-_state: dict[str, Any] = {"pid": None, "owner": None, "key": None, "users": 0,
-                          "tried_early": False}
-# What a start at import assumes before Dask's config is read (Dask's default pre-spawn
-# environment, less MALLOC_TRIM_THRESHOLD_ as curator_dask's default); checked at the cluster.
-_ASSUMED_PRE_SPAWN = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-_ENV_CONFIG = "DASK_CURATOR_DASK__"  # the config keys as environment variables
+_state: dict[str, Any] = {"pid": None, "owner": None, "key": None, "users": 0}
 
 
 def start_method(configured: str | None = None) -> str:
@@ -101,8 +102,8 @@ def server_environ(pre_spawn: dict[str, Any]) -> dict[str, str]:
 
 def _ours(server: Any) -> bool:
     """Whether the running server (if any) is the one this process started."""
-    return (server._forkserver_pid is not None and server._forkserver_pid == _state["pid"]
-            and _state["owner"] == os.getpid())
+    pid = private_api.forkserver_pid(server)
+    return pid is not None and pid == _state["pid"] and _state["owner"] == os.getpid()
 
 
 def ensure(pre_spawn: dict[str, Any]) -> int | None:
@@ -123,16 +124,16 @@ def ensure(pre_spawn: dict[str, Any]) -> int | None:
         if died:  # killed (while the driver lives, ours exits only when retired)
             logger.warning("the forkserver of the embedded cluster's workers (pid %s) has died; "
                            "starting a new one", _state["pid"])
-        if server._forkserver_pid is not None and not _ours(server):
+        if private_api.forkserver_pid(server) is not None and not _ours(server):
             if not died:
                 return None  # someone else's (or a parent's): its environment is unknown
             _retire(server)  # one multiprocessing started after ours died: not our environment
-        if server._forkserver_pid is not None and _state["key"] != key:
+        if private_api.forkserver_pid(server) is not None and _state["key"] != key:
             if _state["users"]:
                 return None
             _retire(server)
         _launch(server, environ, modules)  # nothing to do when it is running
-        _state.update(pid=server._forkserver_pid, owner=os.getpid(), key=key)
+        _state.update(pid=private_api.forkserver_pid(server), owner=os.getpid(), key=key)
         return _state["pid"]
 
 
@@ -145,90 +146,6 @@ def alive(pid: int | None) -> bool:
 def _key(environ: dict[str, str], modules: list[str]) -> tuple:
     return (tuple(sorted((k, v) for k, v in environ.items() if k not in _VOLATILE)),
             tuple(modules))
-
-
-def prestart_on_import() -> None:
-    """Start the server when a driver first gets ``Pipeline`` or ``DaskExecutor``, usually
-    before Dask is imported: ``local-cluster.start-method`` and ``forkserver-prestart`` are
-    then read from ``dask.config`` only if Dask is imported already, else from their
-    environment variables; the preload list is the packaged one and the pre-spawn
-    environment Dask's default. The cluster start checks all that against the full config
-    (:func:`ensure`). Once per process, and never fails."""
-    with _lock:
-        if _state["tried_early"]:
-            return
-        _state["tried_early"] = True
-    try:
-        if not _may_start_early():
-            return
-        server = _server()
-        if server is None:
-            return
-        modules = [str(m) for m in _packaged("forkserver-preload") or []]
-        environ = server_environ(_early_pre_spawn())
-        with _lock:
-            if server._forkserver_pid is not None:
-                return  # running already: ours, or someone else's
-            _launch(server, environ, modules)
-            _state.update(pid=server._forkserver_pid, owner=os.getpid(),
-                          key=_key(environ, modules))
-    except Exception as exc:  # noqa: BLE001 (an optimization only)
-        logger.debug("forkserver not started at import: %s", exc)
-
-
-def _may_start_early() -> bool:
-    """Whether this process looks like a driver that may start an embedded cluster: its main
-    process, not a Dask worker, not the server, not a rank of a multi-task SLURM step, and the
-    environment does not turn the start at import (or the forkserver) off."""
-    if multiprocessing.parent_process() is not None or PRELOAD_ENV in os.environ:
-        return False
-    worker = sys.modules.get("distributed.worker")
-    if worker is not None and getattr(getattr(worker, "Worker", None), "_instances", None):
-        return False
-    if os.environ.get("SLURM_PROCID", "0") != "0" or os.environ.get(
-            "SLURM_STEP_NUM_TASKS", "1") not in ("", "1"):
-        return False
-    method = _early_config("start-method", "forkserver")
-    early = _early_config("forkserver-prestart", "true")
-    return (method == "forkserver" and early not in ("false", "0", "no", "off", "none")
-            and "forkserver" in multiprocessing.get_all_start_methods())
-
-
-def _early_config(name: str, default: str, section: str = "local-cluster") -> str:
-    """``<section>.<name>`` before Dask's config is read: from ``dask.config`` where Dask
-    is imported already, else from its environment variable, else ``default`` (lower case)."""
-    value = None
-    dask_config = sys.modules.get("dask.config")
-    if dask_config is not None:
-        value = dask_config.get(f"curator-dask.{section}.{name}", default=None)
-    if value is None:
-        variable = f"{_ENV_CONFIG}{section}__{name}".replace("-", "_").upper()
-        value = os.environ.get(variable, default)
-    return str(value).strip().lower()
-
-
-def _early_pre_spawn() -> dict[str, str]:
-    """The pre-spawn environment assumed at import, with the workers' ``PYTHONHASHSEED`` as
-    :func:`.local._worker_environ` will find it (the server's seed is its forked workers')."""
-    from curator_dask.utils import hash_seed
-
-    environ = dict(_ASSUMED_PRE_SPAWN)
-    configured = _early_config("python-hash-seed", str(_packaged("python-hash-seed",
-                                                                 "cluster")), "cluster")
-    if os.environ.get(hash_seed.ENV, "").strip() or configured not in ("none", "null", ""):
-        seed = hash_seed.nanny_hash_seed(hash_seed.worker_hash_seed(configured))
-        environ[hash_seed.ENV] = str(seed)
-    return environ
-
-
-def _packaged(key: str, section: str = "local-cluster") -> Any:
-    """``<section>.<key>`` from the packaged defaults (curator_dask.yaml), without Dask."""
-    import yaml
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
-                        "curator_dask.yaml")
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)["curator-dask"][section][key]
 
 
 def release_unused() -> None:
@@ -279,31 +196,22 @@ def workers_from(pre_spawn: dict[str, Any], method: str | None = None) -> Iterat
 def server_pid() -> int | None:
     """The process id of the forkserver this module started, while it is running."""
     server = _server()
-    return server._forkserver_pid if server is not None and _ours(server) else None
+    return private_api.forkserver_pid(server) if server is not None and _ours(server) else None
 
 
 def _server() -> Any:
     """``multiprocessing``'s forkserver object, or ``None`` where it has not the attributes
     this module relies on (another Python version)."""
-    try:
-        from multiprocessing import forkserver
-    except ImportError:
-        return None
-    server = getattr(forkserver, "_forkserver", None)
-    needed = ("_forkserver_pid", "_forkserver_alive_fd", "_forkserver_address", "_lock",
-              "ensure_running", "set_forkserver_preload")
-    return server if all(hasattr(server, a) for a in needed) else None
+    return private_api.forkserver()
 
 
 def _launch(server: Any, environ: dict[str, str], modules: list[str]) -> None:
     """``ensure_running`` with ``environ`` in effect (the server is started with this
     process's environment) and this module as the one it preloads; nothing when the server
     is running."""
-    from multiprocessing import process
-
-    if _running(server._forkserver_pid):
+    if _running(private_api.forkserver_pid(server)):
         return
-    sys_path = [process.ORIGINAL_DIR if p == "" else p for p in sys.path]
+    sys_path = [private_api.original_dir() if p == "" else p for p in sys.path]
     spec = {"modules": modules, "sys_path": sys_path, "parent": os.getpid()}
     wanted = {**environ, PRELOAD_ENV: json.dumps(spec)}
     saved = {k: os.environ.get(k) for k, v in wanted.items() if os.environ.get(k) != v}
@@ -333,13 +241,7 @@ def _running(pid: int | None) -> bool:
 def _retire(server: Any) -> None:
     """Let go of the running server without waiting for it: it exits once the workers it
     forked are gone; a thread reaps it."""
-    with server._lock:
-        pid, fd = server._forkserver_pid, server._forkserver_alive_fd
-        address = server._forkserver_address
-        server._forkserver_pid = server._forkserver_alive_fd = None
-        server._forkserver_address = None
-        if hasattr(server, "_forkserver_authkey"):
-            server._forkserver_authkey = None
+    pid, fd, address = private_api.forget_forkserver(server)
     with contextlib.suppress(OSError):
         os.close(fd)
     if isinstance(address, str) and address and not address.startswith("\0"):

@@ -2,8 +2,8 @@
 
 The server imports this module first, by name (``set_forkserver_preload``), with the list of
 the workers' modules in ``CURATOR_DASK_FORKSERVER_PRELOAD``; in any other process (the driver,
-which imports it for that name) it does nothing. Standard library only: the driver imports it
-before anything of Dask's.
+which imports it for that name) it does nothing. Standard library only: the server imports it
+before any other module, to set itself up for the workers' modules it then imports.
 
 Each worker the server forks is killed when the server dies (:func:`_dies_with`), as its
 Nanny, which hears of it only through the server, then takes it for dead anyway.

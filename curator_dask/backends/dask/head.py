@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from curator_dask import config as _config
-from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask.adapter import StageAdapter, run_stages
 from curator_dask.backends.dask.plan import ExecutionPlan
 from curator_dask.errors import RunStopped
-from curator_dask.models import model_of
+from curator_dask.stages.model import model_of
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ module level with no ``if __name__ == "__main__"`` guard, so every worker would 
 pipeline of its own. Workers do not need ``__main__``: cloudpickle ships classes and functions
 defined there by value. While an embedded cluster of ours is alive, its worker processes are
 therefore started without the main module (``multiprocessing`` prepares spawned and forkserver
-children alike).
+children alike): only then is ``multiprocessing.spawn.get_preparation_data`` replaced, and
+the last cluster's close puts the original back (:func:`workers_without_main`).
 
 A forkserver killed while the cluster starts takes the workers it forked with it, and the
 cluster fails to start ("Nanny failed to start"): the start is tried once more with a new
@@ -19,11 +20,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import multiprocessing.spawn
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from curator_dask.utils import private_api
 from curator_dask.utils.hash_seed import ENV as HASH_SEED_ENV
 from curator_dask.utils.hash_seed import nanny_hash_seed, worker_hash_seed
 
@@ -31,8 +32,9 @@ logger = logging.getLogger(__name__)
 
 _WORKER_PROCESS_NAME = "Dask Worker process (from Nanny)"
 _lock = threading.Lock()
-_active = 0
-_original = multiprocessing.spawn.get_preparation_data
+_active = 0  # embedded clusters of ours alive
+_original: Any = None  # what ours calls: multiprocessing's own, found at the first patch
+_replaced: Any = None  # what ours replaced while clusters are alive: put back after the last
 
 
 def _preparation_data(name: str) -> dict[str, Any]:
@@ -46,16 +48,26 @@ def _preparation_data(name: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def workers_without_main() -> Iterator[None]:
     """While active, Dask worker processes started by this process (spawned, or forked by the
-    forkserver) skip ``__main__``."""
-    global _active
+    forkserver) skip ``__main__``: ``multiprocessing.spawn.get_preparation_data`` is ours from
+    the start of the first embedded cluster alive until the last one has closed, then the one
+    it replaced again (unless something replaced ours meanwhile: that is left in place)."""
+    global _active, _original, _replaced
     with _lock:
-        multiprocessing.spawn.get_preparation_data = _preparation_data
+        current = private_api.preparation_data()
+        if _active == 0 and current is not _preparation_data:
+            _original = _original or current
+            _replaced = current
+            private_api.set_preparation_data(_preparation_data)
         _active += 1
     try:
         yield
     finally:
         with _lock:
             _active -= 1
+            if _active == 0 and _replaced is not None:
+                if private_api.preparation_data() is _preparation_data:
+                    private_api.set_preparation_data(_replaced)
+                _replaced = None
 
 
 def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
@@ -71,9 +83,7 @@ def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
     ``pre-spawn-environ``, else ``cluster.python-hash-seed``. The forkserver is started with
     this environment, so the workers it forks share the seed with the ones a Nanny spawns.
     """
-    import dask.config
-
-    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    environ = _pre_spawn_environ()
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     if malloc_trim_threshold is not None:
         environ["MALLOC_TRIM_THRESHOLD_"] = int(malloc_trim_threshold)
@@ -83,17 +93,39 @@ def _worker_environ(malloc_trim_threshold: int | None) -> dict[str, Any]:
     return environ
 
 
-def prestart_workers(embedded: bool, malloc_trim_threshold: int | None = None) -> None:
-    """Start the forkserver the embedded cluster's workers will come from ahead of the cluster,
-    so that it imports their modules while the driver is still preparing its run; for another
-    kind of cluster (``embedded`` false), let go of a server started early that none will use.
-    ``DaskExecutor`` calls this when it is made."""
+def _pre_spawn_environ() -> dict[str, Any]:
+    """``distributed.nanny.pre-spawn-environ``, also before distributed is imported (a run
+    starts the forkserver first, then imports it): its packaged default under what the
+    user's configuration sets, as distributed's import will merge them."""
+    import sys
+
+    import dask.config
+
+    value = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {})
+    if "distributed.config" in sys.modules:
+        return value
+    nanny = private_api.distributed_defaults().get("distributed", {}).get("nanny", {})
+    return {**(nanny.get("pre-spawn-environ") or {}), **value}
+
+
+def prepare_workers(malloc_trim_threshold: int | None = None) -> None:
+    """Start the forkserver the embedded cluster's workers will come from ahead of the
+    cluster, so that it imports their modules while the driver prepares the run (config
+    ``local-cluster.forkserver-prestart``; ``DaskExecutor.prepare_workers`` calls this when a
+    run begins). Never fails: the cluster's start tries again, or spawns."""
+    from curator_dask import config as _config
     from curator_dask.backends.dask import forkserver
 
-    if embedded:
+    if _config.get("local-cluster.forkserver-prestart"):
         forkserver.prestart(_worker_environ(malloc_trim_threshold))
-    else:
-        forkserver.release_unused()
+
+
+def release_unused_server() -> None:
+    """Let go of a forkserver of ours that no embedded cluster uses (it exits at once): a
+    ``DaskExecutor`` of another cluster kind calls this when it starts."""
+    from curator_dask.backends.dask import forkserver
+
+    forkserver.release_unused()
 
 
 @contextlib.contextmanager
@@ -159,21 +191,11 @@ def _local_cluster(environ: dict[str, Any], kwargs: dict[str, Any], method: str)
     import dask.config
     from distributed import LocalCluster
 
-    if method == "forkserver":
-        _quiet_distributed_preload()
+    if method == "forkserver":  # ours is set: distributed must not import its own list here
+        private_api.skip_distributed_forkserver_preload()
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
                           "distributed.worker.multiprocessing-method": method}):
         return LocalCluster(**kwargs)
-
-
-def _quiet_distributed_preload() -> None:
-    """distributed's ``get_mp_context`` imports numpy, pandas and lz4 *in the driver* the first
-    time it sees ``forkserver``, to choose its own preload list; ours is set already."""
-    import sys
-
-    utils = sys.modules.get("distributed.utils")
-    if utils is not None and hasattr(utils, "_forkserver_preload_set"):
-        utils._forkserver_preload_set = True
 
 
 class _FreezeAtExit:

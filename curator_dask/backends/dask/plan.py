@@ -15,8 +15,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from curator_dask.models import dask_resources
 from curator_dask.stages.base import ProcessingStage
+from curator_dask.stages.model import dask_resources
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from curator_dask.backends.dask.adapter import StageCount
+from curator_dask.backends.counts import StageCount
 from curator_dask.backends.dask.keys import run_token
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from html import escape
 from typing import Any
 
-from curator_dask.backends.dask.adapter import StageCount
+from curator_dask.backends.counts import StageCount
 
 # (key, heading) of the columns a counts table shows, in order; every key is a StageCount field.
 COUNT_COLUMNS = (("tasks_in", "tasks in"), ("tasks_out", "tasks out"), ("items_in", "items in"),

@@ -4,6 +4,11 @@ At most ``window`` chains (one Dask task per fusion group, over a chunk of sourc
 flight, and with ``max_concurrent_partitions`` at most that many sources across them
 (:mod:`.window`); each finished chain submits the next. A stop request lets running chains
 finish for ``drain-timeout`` seconds and then cancels them; the sources they held stay pending.
+
+:class:`SourceStream` is given what it uses (the client, the plan, the sources, the run's stop
+signal, :class:`StreamSettings`, and a :class:`StreamSink` to report to), not the run or the
+executor; it returns a :class:`StreamResult` and raises ``SchedulerLostError`` when the
+scheduler is gone, for the run to record.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from curator_dask import config as _config
 from curator_dask.backends.dask.adapter import failed_among, source_files
 from curator_dask.backends.dask.keys import task_key
+from curator_dask.backends.dask.stop import StopSignal
+from curator_dask.backends.dask.watches import SchedulerWatch, WorkerWatch, completed
 from curator_dask.backends.dask.window import ChunkSizer, PartitionCap
 from curator_dask.backends.dask.worker import GroupResult, run_group
 from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
@@ -29,171 +38,162 @@ logger = logging.getLogger(__name__)
 OPEN_BLOCK = 4096
 
 
-class StopSignal:
-    """A stop request: safe to set from a signal handler or another thread.
+class StreamSink:
+    """What a :class:`SourceStream` reports as it goes; every method is a no-op here.
+
+    The run's sink (``backends/dask/run.py``) records into its live progress, events, stage
+    counts, checkpoint and stage-checkpoint planner. ``ids`` are a chain's source ids (task ids
+    without a checkpoint).
+    """
+
+    def first_submit(self) -> None:
+        """The stream is about to submit its first chain."""
+
+    def open_block(self, tasks: list[Any]) -> None:
+        """Open these sources in the checkpoint (their ``+1``s) before any is submitted."""
+
+    def resume_candidates(self, chunk: list[Any]) -> dict[str, Any] | None:
+        """Stage-checkpoint entries to try for the chunk's sources, if any."""
+        return None
+
+    def submitted(self, ids: list[str]) -> None:
+        """A chain over these sources was submitted."""
+
+    def returned(self, ids: list[str]) -> None:
+        """The chain is no longer in flight (finished, raised or cancelled)."""
+
+    def raised(self, ids: list[str]) -> None:
+        """A stage raised in the chain: its sources failed."""
+
+    def finished(self, ids: list[str], result: GroupResult) -> None:
+        """The chain finished: its last group's result (``result.failed``: the sources among
+        ``ids`` that saw a ``FailedTask``)."""
+
+    def cut_short(self, n: int) -> None:
+        """``n`` sources still running were cancelled (they may still write outputs)."""
+
+    def event(self, type_: str, **fields: Any) -> None:
+        """A run event (``worker_lost``)."""
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How a stream submits: the executor's and the run's choices, resolved by the run.
+
+    Attributes:
+        window: chains in flight (``None``: twice the worker threads).
+        max_concurrent_partitions: ``"auto"`` or the most sources in flight at once.
+        max_sources_per_task: the most sources packed into one chain (``ChunkSizer``).
+        keep_outputs: keep the sink's output tasks (else only their counts).
+        drain_timeout: seconds running chains get after a stop request.
+        embedded: the embedded cluster (no worker at all is then a stall).
+        adaptive: an adaptive cluster (a worker leaving is no warning).
+        scheduler_lost_grace: seconds without a scheduler connection before giving up
+            (``None``: config ``cluster.scheduler-lost-grace``).
+        stalled_workers_grace: seconds every worker may stay stalled (``None``: config
+            ``cluster.stalled-workers-grace``).
 
     Example:
-        >>> stop = StopSignal()
-        >>> stop.request("received SIGUSR1")
-        >>> stop.requested, stop.reason
-        (True, 'received SIGUSR1')
+        >>> StreamSettings(window=4).keep_outputs
+        True
     """
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.requested = False
-        self.reason = "stop requested"
-
-    def request(self, reason: str = "stop requested") -> None:
-        self.reason = reason
-        self.requested = True
-        self.event.set()
-
-    def reset(self) -> None:
-        self.event.clear()
-        self.requested = False
+    window: int | None = None
+    max_concurrent_partitions: int | str = "auto"
+    max_sources_per_task: int | None = None
+    keep_outputs: bool = True
+    drain_timeout: float = 60.0
+    embedded: bool = False
+    adaptive: bool = False
+    scheduler_lost_grace: float | None = None
+    stalled_workers_grace: float | None = None
 
 
-class SchedulerWatch:
-    """Whether the client's connection to the scheduler is gone for longer than ``grace``.
+@dataclass
+class StreamResult:
+    """What a stream that ran to its end returns: the sink's output tasks (empty without
+    ``keep_outputs``) and how many sources finished."""
 
-    A client whose scheduler died keeps reconnecting; its futures then never finish (a result
-    download in flight is never delivered), so the run asks this watch instead of waiting.
-    """
-
-    def __init__(self, client: Any, grace: float) -> None:
-        self.client, self.grace = client, grace
-        self._since: float | None = None
-        self.address = getattr(getattr(client, "scheduler", None), "address", None)
-
-    def lost(self) -> str | None:
-        """``None`` while connected, else why the run must give up on its scheduler."""
-        if self.client.status == "running":
-            self._since = None
-            return None
-        now = time.monotonic()
-        self._since = self._since or now
-        if now - self._since < self.grace:
-            return None
-        return (f"lost the Dask scheduler {self.address}: no connection for {self.grace:.0f} s "
-                f"(client status {self.client.status!r})")
-
-
-def completed(done: Any, lost: Any) -> Any:
-    """``(future, result)`` of chains as they finish; raises :class:`SchedulerLostError` when
-    ``lost()`` says the scheduler is gone, instead of waiting for futures that cannot finish
-    (``lost()`` may also raise the cluster's own error itself).
-
-    A chain that raised yields its ``(type, error, traceback)``, for the caller to count its
-    sources and raise; a cancelled one yields its ``CancelledError`` as the result (a drain
-    or ``stop --force`` cancelled it).
-    """
-    while True:
-        if done.has_ready():
-            yield from done.next_batch(block=False)
-            continue
-        if done.is_empty():
-            return
-        reason = lost()
-        if reason is not None:
-            raise SchedulerLostError(reason)
-        with done.thread_condition:
-            done.thread_condition.wait(timeout=0.1)
-
-
-class WorkerWatch:
-    """``worker_lost`` events: the scheduler's worker set, compared every 2 s and at the end.
-
-    On an adaptive cluster workers leave as a matter of course (idle worker jobs are released,
-    a lost one is replaced): a worker leaving is then an INFO line, not a warning.
-    """
-
-    def __init__(self, client: Any, workers: Any, emit: Any, adaptive: bool = False) -> None:
-        self.client, self.emit, self.adaptive = client, emit, adaptive
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(set(workers),),
-                                        name="curator-dask-workers", daemon=True)
-        self._thread.start()
-
-    def _run(self, known: set[str]) -> None:
-        while True:
-            last = self._done.wait(2.0)
-            try:
-                now = set(self.client.nthreads())
-            except Exception:  # noqa: BLE001 (the run itself reports a lost scheduler)
-                return
-            for address in sorted(known - now):
-                if self.adaptive:
-                    logger.info("worker %s left the adaptive cluster", address)
-                else:
-                    logger.warning("worker %s left the cluster", address)
-                self.emit("worker_lost", worker=address, remaining=len(now),
-                          adaptive=self.adaptive)
-            known = now
-            if last:
-                return
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=10)
+    outputs: list[Any]
+    finished: int
 
 
 class SourceStream:
-    """Streams one run's sources through the cluster; ``run`` returns the sink's outputs.
+    """Streams one run's sources through the cluster; :meth:`run` is the driver's main loop.
 
-    ``run`` is the driver's main loop. ``host`` is the name of the run's ``StageHost`` worker
-    plugin, already registered on the workers.
+    Args:
+        client: the run's ``distributed.Client``.
+        plan: the run's ``ExecutionPlan`` (its fusion groups).
+        sources: the source tasks to process, taken over (each is let go once submitted).
+        host: the name of the run's ``StageHost`` worker plugin, already registered.
+        run_id: the run's id (its token is in every Dask key).
+        stop: the run's :class:`~curator_dask.backends.dask.stop.StopSignal`.
+        sink: where progress, counts and events go (:class:`StreamSink`).
+        settings: :class:`StreamSettings`.
+        failure: the cluster's own failure, if it can fail (``SlurmClusterHandle.failure``).
+        done: the completion queue (default: ``distributed.as_completed(with_results=True)``).
+
+    Example:
+        >>> # SourceStream(client, plan, todo, host=host.name, run_id=run_id, stop=stop,
+        >>> #              sink=StreamSink(), settings=StreamSettings(window=4)).run()
     """
 
-    def __init__(self, run: Any, host: str, sources: list[Any]) -> None:
-        from distributed import as_completed
+    def __init__(self, client: Any, plan: Any, sources: list[Any], *, host: str, run_id: str,
+                 stop: StopSignal, sink: StreamSink | None = None,
+                 settings: StreamSettings | None = None,
+                 failure: Callable[[], BaseException | None] | None = None,
+                 done: Any = None) -> None:
+        settings = settings or StreamSettings()
+        if done is None:
+            from distributed import as_completed
 
-        self.run_ = run
-        self.client, self.plan, self.stop = run.client, run.plan, run.stop
-        self.host = host
+            done = as_completed(with_results=True)
+        self.client, self.plan, self.stop, self.host, self.run_id = (client, plan, stop, host,
+                                                                     run_id)
+        self.sink, self.settings, self.failure, self.done = (sink or StreamSink(), settings,
+                                                             failure, done)
         self.total = len(sources)
         # taken over: each source task is let go once submitted (flat memory at 10^6 sources)
         self.pending: collections.deque = collections.deque(sources)
         sources.clear()
         self.remaining = self.total
         self.opened = 0  # sources at the front of ``pending`` opened in the checkpoint
-        self.keep_outputs = run.executor.keep_outputs
-        workers = self.client.nthreads()  # {address: threads}
+        workers = client.nthreads()  # {address: threads}
         threads = sum(workers.values())
         self.workers = workers
-        self.window = run.executor.max_in_flight or max(1, 2 * threads)
-        self.cap = PartitionCap(run.options.max_concurrent_partitions)
-        self.sizer = ChunkSizer(threads=threads, limit=run.executor.max_sources_per_task)
-        self.done = as_completed(with_results=True)
+        self.window = settings.window or max(1, 2 * threads)
+        self.cap = PartitionCap(settings.max_concurrent_partitions)
+        self.sizer = ChunkSizer(threads=threads, limit=settings.max_sources_per_task)
         self.in_flight: dict[Any, list[str]] = {}  # last future of a chain -> its source ids
         self.chains: dict[Any, list[Any]] = {}  # last future of a chain -> all its futures
         self.files: dict[Any, list[str]] = {}  # last future of a chain -> its input files
         self.outputs: list[Any] = []
         self.finished = 0
+        self.bars: Any = _NoBars()
         self._ended = False
-        self.scheduler = SchedulerWatch(
-            self.client, float(_config.get("cluster.scheduler-lost-grace")))
+        self.scheduler = SchedulerWatch(client, float(
+            _config.get("cluster.scheduler-lost-grace", settings.scheduler_lost_grace)))
         self.stall = StallWatch(  # the embedded cluster's nannies restart lost workers
-            self.client, _config.get("cluster.stalled-workers-grace"), groups=self.plan.groups,
-            embedded=hasattr(run.executor.cluster, "curator_dask_start_method"))
+            client, _config.get("cluster.stalled-workers-grace", settings.stalled_workers_grace),
+            groups=plan.groups, embedded=settings.embedded)
 
-    def run(self, bars: Any) -> list[Any]:
-        """Submit, collect and resubmit until every source finished or a stop drained."""
-        self.bars = bars
+    def run(self, bars: Any = None) -> StreamResult:
+        """Submit, collect and resubmit until every source finished (the result) or a stop
+        drained (``RunStopped``); ``SchedulerLostError`` when the scheduler is gone."""
+        self.bars = bars if bars is not None else _NoBars()
         threading.Thread(target=self._drain, name="curator-dask-drain", daemon=True).start()
-        watch = WorkerWatch(self.client, self.workers, self.run_.events.emit,
-                            adaptive=self.run_.executor.adapt is not None)
+        watch = WorkerWatch(self.client, self.workers, self.sink.event,
+                            adaptive=self.settings.adaptive)
         try:
-            self.run_.mark_first_submit()
+            self.sink.first_submit()
             self._fill()
             for future, result in completed(self.done, self._lost):
                 self._collect(future, result)
-        except SchedulerLostError as exc:
-            self.run_.scheduler_lost = str(exc)  # nothing can be cancelled or flushed there
-            raise
+        except SchedulerLostError:
+            raise  # nothing can be cancelled or flushed there: the run records the reason
         except BaseException:
             # Ctrl+C or a stage's error: running chains may still finish on the workers
-            self.run_.live.cut_short(sum(len(ids) for ids in self.in_flight.values()))
+            self.sink.cut_short(sum(len(ids) for ids in self.in_flight.values()))
             self.client.cancel(list(self.in_flight), force=True)
             raise
         finally:
@@ -203,14 +203,13 @@ class SourceStream:
         if self.finished < self.total:  # never a silent partial result
             reason = self.stop.reason if self.stop.requested else "the run ended early"
             raise RunStopped(reason)  # the run counts what completed, once flushed
-        return self.outputs
+        return StreamResult(self.outputs, self.finished)
 
     def _lost(self) -> str | None:
         """Why the chains in flight cannot finish: the scheduler is gone (the reason), or the
         cluster failed (raised: SLURM worker jobs that keep ending before their worker joins,
         ``SlurmClusterHandle.failure``; every worker stalled, ``StallWatch``)."""
-        failure = getattr(self.run_.executor.cluster, "failure", None)
-        error = failure() if callable(failure) else None
+        error = self.failure() if self.failure is not None else None
         if error is not None:
             raise error
         self.stall.check(self.finished, self._waiting)  # raises WorkerFailedError
@@ -240,17 +239,13 @@ class SourceStream:
         self.opened -= size
         self.remaining -= len(chunk)
         previous: Any = GroupResult(batches=[[task] for task in chunk])
-        planner = self.run_.planner
-        resume = None
-        if planner is not None:
-            resume = {t._source_id: c for t in chunk
-                      if (c := planner.candidates(t._source_id))} or None
+        resume = self.sink.resume_candidates(chunk)
         chain = []
         for group in self.plan.groups:
             previous = self.client.submit(
                 run_group, self.host, group.index, group.stage_indices, previous,
                 resume if group.index == 0 else None,
-                key=task_key(group.label, self.run_.run_id, chunk),
+                key=task_key(group.label, self.run_id, chunk),
                 resources=group.resource_dict or None, pure=False,
             )
             chain.append(previous)
@@ -259,34 +254,31 @@ class SourceStream:
         self.chains[previous] = chain
         self.in_flight[previous] = [t._source_id or t.task_id for t in chunk]
         self.files[previous] = source_files(chunk)
-        self.run_.live.in_flight(len(chunk))
         self.cap.took(len(chunk))
-        self.run_.events.chunk_submitted(self.in_flight[previous])  # source_start
+        self.sink.submitted(self.in_flight[previous])  # in flight; source_start
         self.done.add(previous)
         return True
 
     def _open_ahead(self, size: int) -> None:
         """Open the next block of sources in the checkpoint (one call per ``OPEN_BLOCK``)
         when the chunk about to be submitted is not open yet."""
-        completion = self.run_.completion
-        if completion is None or self.opened >= size:
+        if self.opened >= size:
             return
         block = list(itertools.islice(self.pending, self.opened,
                                       self.opened + max(size - self.opened, OPEN_BLOCK)))
-        completion.open_block(block)
+        self.sink.open_block(block)
         self.opened += len(block)
 
     def _collect(self, future: Any, result: Any) -> None:
         chain = self.chains.pop(future, None)
         files = self.files.pop(future, [])
         ids = self.in_flight.pop(future)
-        run = self.run_
-        run.live.in_flight(-len(ids))
+        self.sink.returned(ids)
         self.cap.released(len(ids))
         raised = future.status == "error"  # before release(), which makes it "cancelled"
         future.release()
         if raised:  # a stage raised: these sources failed, the run ends with its error
-            run.live.chain_raised(ids)
+            self.sink.raised(ids)
             _, exc, tb = result
             if _killed_worker(exc):  # its workers died: said in the run's terms
                 raise self._killed(Chain(chain or [future], ids, files), exc) from exc
@@ -299,18 +291,13 @@ class SourceStream:
             if not self.stop.event.is_set():  # a drain, or `stop --force` on the scheduler
                 self.stop.request("its Dask tasks were cancelled on the scheduler")
             return
-        if self.keep_outputs:
+        if self.settings.keep_outputs:
             self.outputs.extend(result.tasks())
         result.failed = failed_among(ids, result.failed)
-        for i, c in result.counts.items():
-            run.counts[i].merge(c)
         self.sizer.observe(len(ids), result.seconds)
         self.bars.advance(self.plan.groups[-1], len(ids))
         self.finished += len(ids)
-        run.live.chunk_done(ids, result.failed, result.counts)
-        run.events.chunk_done(ids, result)
-        if run.planner is not None:
-            run.planner.sources_finished(ids, result.failed)
+        self.sink.finished(ids, result)
         self._fill()
 
     def _killed(self, chain: Chain, exc: Any) -> Exception:
@@ -323,7 +310,7 @@ class SourceStream:
         self.stop.event.wait()
         if self._ended:
             return
-        timeout = self.run_.executor.drain_timeout
+        timeout = self.settings.drain_timeout
         cancelled = self._cancel_unstarted()
         logger.warning("%s: no new sources; %d queued tasks cancelled, waiting up to %.0f s for "
                        "%d running tasks", self.stop.reason, cancelled, timeout,
@@ -332,7 +319,7 @@ class SourceStream:
         while self.in_flight and time.monotonic() < deadline and not self._ended:
             time.sleep(0.05)
         if self.in_flight and not self._ended and self.client.status == "running":
-            self.run_.live.cut_short(sum(len(ids) for ids in list(self.in_flight.values())))
+            self.sink.cut_short(sum(len(ids) for ids in list(self.in_flight.values())))
             self.client.cancel(list(self.in_flight), force=True)
 
     def _cancel_unstarted(self) -> int:
@@ -356,6 +343,16 @@ class SourceStream:
             self.client.cancel([f for last in unstarted for f in self.chains.get(last, ())],
                                force=True)
         return len(unstarted)
+
+
+class _NoBars:
+    """No progress bars (a stream run without them, e.g. in a unit test)."""
+
+    def watch(self, future: Any, group: Any, n: int) -> None:
+        """Nothing to show."""
+
+    def advance(self, group: Any, n: int) -> None:
+        """Nothing to show."""
 
 
 def _killed_worker(exc: BaseException) -> bool:

@@ -4,9 +4,12 @@
   (an exclusive file lock in the host's temp directory orders the worker processes);
 - ``setup`` runs once per worker per stage, the first time the worker runs that stage;
 - ``teardown`` runs on each worker for the stages it set up, when the plugin is removed at the
-  end of the run.
+  end of the run (also after a plugin ``setup`` that failed: then there is nothing to tear
+  down).
 
-Stages travel to each worker once, with the plugin, not with every task.
+Stages travel to each worker once, with the plugin, not with every task. Restoring and saving
+stage checkpoints is ``resumability/stage_checkpoints/on_worker.py``'s; a group only hands it
+the batches and carries its record on.
 """
 
 from __future__ import annotations
@@ -23,22 +26,25 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, ClassVar
 
 from distributed import WorkerPlugin, get_worker
 
-from curator_dask.backends.dask.adapter import StageAdapter, StageCount, run_stages
+from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask.adapter import StageAdapter, run_stages
 from curator_dask.errors import StageError
-from curator_dask.models import is_nemo, model_of
 from curator_dask.resumability.counters import DeltaLog
 from curator_dask.resumability.plugin import TOPIC
 from curator_dask.resumability.stage_checkpoints import (
+    Candidate,
+    CheckpointRecord,
     CheckpointRuntime,
-    CheckpointUnusable,
-    source_input_digest,
 )
 from curator_dask.stages.base import ProcessingStage
+from curator_dask.stages.model import is_nemo, model_of
 from curator_dask.tasks import Task
+from curator_dask.utils.unpicklable import RemadeWhenUnpickled
 
 logger = logging.getLogger(__name__)
 
@@ -47,24 +53,20 @@ logger = logging.getLogger(__name__)
 class GroupResult:
     """What a fusion group hands to the next one: tasks grouped by producing call, and counts.
 
-    With stage checkpoints it also carries, per source, the completion deltas emitted so far
-    (``history``, stored with each checkpoint) and the input digest (``inputs``); ``parked``
-    holds batches restored from a checkpoint, with the index of the group that takes them next.
+    ``parked`` holds batches restored from a stage checkpoint, with the index of the group that
+    takes them next; ``checkpoint`` is the chain's stage-checkpoint record (``None`` in a run
+    without stage checkpoints).
     """
 
     batches: list[list[Task]]
     counts: dict[int, StageCount] = field(default_factory=dict)
     seconds: float = 0.0
     parked: list[tuple[int, list[list[Task]]]] = field(default_factory=list)
-    history: dict[str, list] = field(default_factory=dict)
-    inputs: dict[str, str | None] = field(default_factory=dict)
-    saved: dict[int, list] = field(default_factory=dict)  # stage -> [entries, bytes, seconds]
-    loaded: dict[int, int] = field(default_factory=dict)  # stage -> entries
-    notes: list[str] = field(default_factory=list)  # checkpoint fallbacks and save failures
     # sources that saw a FailedTask; without a checkpoint, the task ids of the inputs a
     # FailedTask came from (the driver maps them to their sources)
     failed: set[str] = field(default_factory=set)
     ended: dict[int, float] = field(default_factory=dict)  # stage -> wall clock at group end
+    checkpoint: CheckpointRecord | None = None
 
     def tasks(self) -> list[Task]:
         parked = [t for _, batches in self.parked for group in batches for t in group]
@@ -103,8 +105,10 @@ def setup_node_once(run_id: str, stages: list[ProcessingStage], worker_id: str) 
             f.write(f"{worker_id}\n")
 
 
-class StageHost(WorkerPlugin):
+class StageHost(RemadeWhenUnpickled, WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
+
+    _remade: ClassVar[dict[str, Any]] = {"_lock": threading.Lock}
 
     def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False,
                  checkpoints: CheckpointRuntime | None = None, drop_outputs_of: int = -1,
@@ -127,10 +131,17 @@ class StageHost(WorkerPlugin):
         # its tasks are counted, then not sent back
         self.drop_outputs_of = drop_outputs_of
         self.name = plugin_name(run_id) + ("" if head is None else "-head")
+        # Where the plugin runs (set by ``setup``): the stages, this worker's id, and the
+        # adapters of the stages it set up, made under the lock.
+        self.stages: list[ProcessingStage] = []
+        self.worker_id = ""
+        self._adapters: dict[int, StageAdapter] = {}
+        self._make_remade()  # the lock (each copy of the plugin makes its own)
 
     def setup(self, worker: Any = None) -> None:
         import cloudpickle
 
+        self.worker_id = str(getattr(worker, "name", "") or getattr(worker, "address", ""))
         self.stages = cloudpickle.loads(self._stages_payload)
         quiet_stage_errors()
         if any(is_nemo(s) for s in self.stages):
@@ -139,9 +150,6 @@ class StageHost(WorkerPlugin):
 
             bridge_worker_loguru()
             ids.install_for(self.stages)  # NeMo's readers with ids reach the scheduler, not Ray
-        self.worker_id = str(getattr(worker, "name", "") or getattr(worker, "address", ""))
-        self._lock = threading.Lock()
-        self._adapters: dict[int, StageAdapter] = {}
 
     def teardown(self, worker: Any = None) -> None:
         errors = []
@@ -175,25 +183,25 @@ class StageHost(WorkerPlugin):
         group_index: int,
         stage_indices: tuple[int, ...],
         previous: GroupResult,
-        resume: dict[str, list] | None = None,
+        resume: dict[str, list[Candidate]] | None = None,
     ) -> GroupResult:
         started = time.perf_counter()
         adapters = [self.adapter(i) for i in stage_indices]
         deltas = DeltaLog() if self.counting else None
-        out = GroupResult(
-            batches=[], counts=dict(previous.counts), seconds=previous.seconds,
-            history=dict(previous.history), inputs=dict(previous.inputs),
-            saved={k: list(v) for k, v in previous.saved.items()}, loaded=dict(previous.loaded),
-            notes=list(previous.notes), failed=set(previous.failed), ended=dict(previous.ended),
-        )
-        active = list(previous.batches)
         ck = self.checkpoints
+        record = None
+        if ck is not None:  # a copy: the record received may be the previous group's, stored
+            record = (previous.checkpoint.copy() if previous.checkpoint is not None
+                      else CheckpointRecord())
+        out = GroupResult(batches=[], counts=dict(previous.counts), seconds=previous.seconds,
+                          failed=set(previous.failed), ended=dict(previous.ended),
+                          checkpoint=record)
+        active = list(previous.batches)
         if ck is not None and group_index == 0:
-            for batch in active:
-                for task in batch:
-                    out.inputs[task._source_id] = source_input_digest(task)
+            ck.note_inputs(active, record)
             if resume:
-                active = self._restore(active, resume, deltas, out)
+                active, restored = ck.restore(active, resume, deltas, record)
+                out.parked.extend(restored)
         for next_group, batches in previous.parked:
             if next_group == group_index:
                 active.extend(batches)
@@ -206,8 +214,9 @@ class StageHost(WorkerPlugin):
             out.batches, stage_counts = run_stages(adapters, active, deltas, parents)
             out.failed.update(deltas.failed if deltas is not None else parents or ())
         else:
-            out.batches, stage_counts = self._run_per_source(group_index, adapters, active,
-                                                             deltas, out)
+            stage_counts = [StageCount() for _ in adapters]
+            out.batches = ck.run_per_source(group_index, active, partial(run_stages, adapters),
+                                            stage_counts, deltas, record, failed=out.failed)
         if deltas:
             # Sent before this task's result: the scheduler sees a parent's deltas first.
             get_worker().log_event(TOPIC, deltas.message(self.run_id))
@@ -224,72 +233,6 @@ class StageHost(WorkerPlugin):
         one ``StageCount`` per head stage. No deltas: sources are opened on the driver."""
         batches, counts = run_stages([self.adapter(i) for i in self.head], [list(tasks)])
         return [t for group in batches for t in group], counts
-
-    def _restore(self, active: list[list[Task]], resume: dict[str, list],
-                 deltas: DeltaLog | None, out: GroupResult) -> list[list[Task]]:
-        """Replace sources that have a usable checkpoint by its contents (deepest first)."""
-        ck = self.checkpoints
-        keep = []
-        for batch in active:
-            sid = batch[0]._source_id if batch else ""
-            for group, stage, fingerprint, name in sorted(resume.get(sid, ()), reverse=True):
-                try:
-                    batches, saved = ck.store.load(name, fingerprint, out.inputs.get(sid))
-                except CheckpointUnusable as exc:
-                    note = (f"stage checkpoint after {self.stages[stage].name!r} for source "
-                            f"{sid} is unusable ({exc}); falling back to an earlier boundary "
-                            "or the source")
-                    logger.warning(note)
-                    out.notes.append(note)
-                    continue
-                out.parked.append((group + 1, batches))
-                if deltas is not None:
-                    deltas.deltas.extend(saved)
-                out.history[sid] = list(saved)
-                out.loaded[stage] = out.loaded.get(stage, 0) + 1
-                break
-            else:
-                keep.append(batch)
-        return keep
-
-    def _run_per_source(self, group_index: int, adapters: list[StageAdapter],
-                        active: list[list[Task]], deltas: DeltaLog | None,
-                        out: GroupResult) -> tuple[list[list[Task]], list[StageCount]]:
-        """Run the group source by source, keeping each source's deltas; save at a boundary."""
-        ck = self.checkpoints
-        by_source: dict[str, list[list[Task]]] = {}
-        for batch in active:
-            by_source.setdefault(batch[0]._source_id if batch else "", []).append(batch)
-        boundary = ck.boundaries.get(group_index)
-        produced: list[list[Task]] = []
-        totals = [StageCount() for _ in adapters]
-        for sid, batches in by_source.items():
-            log = DeltaLog()
-            result, counts = run_stages(adapters, batches, log)
-            for total, c in zip(totals, counts, strict=True):
-                total.merge(c)
-            produced.extend(result)
-            if deltas is not None:
-                deltas.extend(log)
-            out.failed.update(log.failed)
-            out.history[sid] = history = [*out.history.get(sid, ()), *log.deltas]
-            if boundary is None or sid in out.failed or not sid:
-                continue  # a source that lost a FailedTask must not be checkpointed partially
-            stage, fingerprint, stage_name = boundary
-            t0 = time.perf_counter()
-            try:
-                _, size = ck.store.save(sid, stage, fingerprint, stage_name, result, history,
-                                        out.inputs.get(sid))
-            except Exception as exc:  # noqa: BLE001 (a checkpoint is an optimization)
-                note = f"could not save the stage checkpoint after {stage_name!r} for {sid}: {exc}"
-                logger.warning(note)
-                out.notes.append(note)
-                continue
-            record = out.saved.setdefault(stage, [0, 0, 0.0])
-            record[0] += 1
-            record[1] += size
-            record[2] += time.perf_counter() - t0
-        return produced, totals
 
 
 class _StageErrorRecords(logging.Filter):
@@ -338,7 +281,7 @@ def run_group(
     group_index: int,
     stage_indices: tuple[int, ...],
     previous: GroupResult,
-    resume: dict[str, list] | None = None,
+    resume: dict[str, list[Candidate]] | None = None,
 ) -> GroupResult:
     """The Dask task of one fusion group: find this run's ``StageHost`` and run the group."""
     host: StageHost = get_worker().plugins[name]

@@ -16,11 +16,12 @@ All but ``keep_all`` also delete, at the start, the entries of sources already c
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from curator_dask.resumability.stage_checkpoints.on_worker import CheckpointRuntime
+from curator_dask.resumability.stage_checkpoints.records import Boundary, Candidate
 from curator_dask.resumability.stage_checkpoints.store import (
     StageCheckpointStore,
     chain_fingerprint,
@@ -30,14 +31,6 @@ from curator_dask.resumability.stage_checkpoints.store import (
 from curator_dask.resumability.stage_checkpoints.strategy import StageCheckpoints
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class CheckpointRuntime:
-    """What a worker needs: the store and, per fusion group index, its boundary (if any)."""
-
-    store: StageCheckpointStore
-    boundaries: dict[int, tuple[int, str, str]]  # group index -> (stage index, fp, stage name)
 
 
 class CheckpointPlanner:
@@ -58,7 +51,7 @@ class CheckpointPlanner:
         >>> planner = CheckpointPlanner(StageCheckpoints("every_stage"), stages, plan,
         ...                             "memory://planner-doc/ckpt")
         >>> planner.prepare(sources=[], todo=[])  # one listing; entries of done sources go
-        >>> planner.candidates("a1b2")  # nothing saved yet: [(group, stage, fp, entry)]
+        >>> planner.candidates("a1b2")  # nothing saved yet: [Candidate(group, stage, ...)]
         []
         >>> planner.sources_finished(["a1b2"], failed=set())  # its entries are deleted
         >>> planner.close(run_completed=True)
@@ -71,11 +64,12 @@ class CheckpointPlanner:
         self.config = config
         self.store = StageCheckpointStore(checkpoint_url, storage_options, config.format,
                                           config.compression)
-        bounds: dict[int, tuple[int, str, str]] = {}
+        bounds: dict[int, Boundary] = {}
         for group in plan.groups:
             last = group.stage_indices[-1]
             if last in plan.boundaries:
-                bounds[group.index] = (last, chain_fingerprint(stages, last), stages[last].name)
+                bounds[group.index] = Boundary(last, chain_fingerprint(stages, last),
+                                               stages[last].name)
         self.runtime = CheckpointRuntime(self.store, bounds)
         self._valid = {(stage, fp): g for g, (stage, fp, _) in bounds.items()}
         self._listing: dict[str, list[tuple[int, str, str]]] = {}
@@ -102,9 +96,9 @@ class CheckpointPlanner:
             # Only what the listing found: a source complete before this run made nothing now.
             self._delete(done_source_ids, made=False)
 
-    def candidates(self, source_id: str) -> list[tuple[int, int, str, str]]:
-        """``[(group index, stage index, fingerprint, entry)]`` made by this stage chain."""
-        return [(self._valid[(stage, fp)], stage, fp, name)
+    def candidates(self, source_id: str) -> list[Candidate]:
+        """The source's entries made by this stage chain (the first group tries them)."""
+        return [Candidate(self._valid[(stage, fp)], stage, fp, name)
                 for stage, fp, name in self._listing.get(entry_source(source_id), ())
                 if (stage, fp) in self._valid]
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import fsspec
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.resumability.fingerprint import input_fingerprints, stage_fingerprint
 from curator_dask.resumability.layout import STAGE_CHECKPOINTS_SUBDIR
 from curator_dask.resumability.stage_checkpoints.formats import (
@@ -43,7 +44,7 @@ FORMAT_VERSION = 1
 _PLAIN = re.compile(r"^[A-Za-z0-9.]+$")
 
 
-class CheckpointUnusable(Exception):
+class CheckpointUnusable(CuratorDaskError):
     """A stage checkpoint that cannot be used (the message says why)."""
 
 
@@ -56,7 +57,7 @@ def chain_fingerprint(stages: Sequence[Any], upto: int) -> str:
 
 def source_input_digest(task: Any) -> str | None:
     """A digest of a source's input files (path, size, mtime or ETag); ``None`` if not files."""
-    from curator_dask.models import class_named
+    from curator_dask.stages.model import class_named
 
     if not class_named(task, "FileGroupTask") or not task.data:  # either model's
         return None

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 from fsspec.utils import infer_compression
 
+from curator_dask.errors import CuratorDaskError
 from curator_dask.stages.text.io.reader.base import BaseReader, BaseReaderStage
 from curator_dask.utils.files import is_remote_url
 
@@ -35,7 +36,7 @@ _ALLOWED_KWARGS = {
 _INVALID_UTF8 = ("error", "replace", "skip")
 
 
-class MalformedJsonError(ValueError):
+class MalformedJsonError(ValueError, CuratorDaskError):
     """A JSONL file has a line that is not valid JSON; names the file and the line."""
 
 

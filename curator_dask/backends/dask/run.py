@@ -1,10 +1,12 @@
-"""One run on a Dask cluster, end to end, as short named steps (``DaskRun.execute``).
+"""One run on a Dask cluster, from its options to its result: ``DaskRun`` owns its lifecycle.
 
-plan → run the head on the driver (file discovery: before the cluster) → connect → check
-resources → open the checkpoint → run the head on the cluster (given initial tasks) → select the
-sources to process (array shard, completed, changed inputs) → stage checkpoints → stream →
-wrap up (flush completions, record inputs) → result. See docs/design/architecture.md ("The path
-of one run").
+prepare (refuse what cannot run, writers' outputs, root ids, the id registry, the array shard,
+the plan) → the run's stop registered → the plan to the observers → the head on the driver (file
+discovery: before the cluster) → connect → check resources → open the checkpoint → the head on
+the cluster (given initial tasks) → select the sources (array shard, completed, changed inputs)
+→ stage checkpoints → stream → wrap up (flush completions, record inputs) → result → every
+observer's ``run_finished`` (the shard's, then the caller's). See docs/design/architecture.md
+("One run, end to end", "The stop path").
 """
 
 from __future__ import annotations
@@ -15,25 +17,26 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from curator_dask.backends.base import NullObserver, RunObserver, RunOptions
-from curator_dask.backends.dask.adapter import StageCount
+from curator_dask.backends.base import NullObserver, RunEnd, RunObserver, RunOptions
+from curator_dask.backends.counts import StageCount
 from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
-from curator_dask.backends.dask.perf_report import performance_report
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
-from curator_dask.backends.dask.progress import LiveProgress, StageBars, notice, showing
+from curator_dask.backends.dask.progress import LiveProgress, notice, showing
 from curator_dask.backends.dask.result import RunResult
-from curator_dask.dedup.id_generator_run import ids_for_run
+from curator_dask.backends.dask.run_stream import register_stage_host, stream_sources
+from curator_dask.backends.dask.stop import RUNS, StopSignal
+from curator_dask.dedup.id_generator_run import NoRunIds, ids_for_run
 from curator_dask.errors import (
     ResourceUnavailableError,
     RunStopped,
     StageError,
+    is_run_interrupted,
     run_interrupted,
     stop_summary,
     warn_partial_run,
 )
-from curator_dask.lineage import is_empty_task, source_id_of
-from curator_dask.models import is_nemo
+from curator_dask.lineage import assign_root_task_ids, is_empty_task, source_id_of
 from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask
 from curator_dask.utils.files import NoInputFilesError
@@ -42,30 +45,34 @@ logger = logging.getLogger(__name__)
 
 
 class DaskRun:
-    """The state of one ``DaskExecutor.execute`` call, and its steps."""
+    """One ``DaskExecutor.execute`` call, from its options to its result: made (and refused,
+    :meth:`prepare`) before the executor starts anything, then :meth:`execute`.
+
+    It notifies ``observers``: the array shard's (``slurm/run.py: ArrayShardRun``, made here
+    from ``options``) and the caller's (a job, or ``NullObserver``); their ``run_finished``
+    hears once how the run ended (:class:`~curator_dask.backends.base.RunEnd`), with whether a
+    ``FailedTask`` was seen decided here (:meth:`saw_failed_task`).
+    """
 
     def __init__(self, executor: Any, stages: Sequence[Any], options: RunOptions,
                  observer: RunObserver, initial_tasks: list[Any] | None = None) -> None:
         self.executor, self.stages, self.options, self.observer = (executor, stages, options,
                                                                    observer)
-        refuse_ray_only(stages)  # before anything starts
-        refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
+        self.observers: list[Any] = [observer]  # the shard's goes first, once made
+        self.given = initial_tasks
         self.started = time.perf_counter()
         self.timings: dict[str, float] = {}
         self.run_id = uuid.uuid4().hex[:12]
-        self.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails before start
-        self.initial = list(initial_tasks or [EmptyTask()])
-        # Initial tasks given (URLs, archives, file groups): the head is real work, run on the
-        # cluster; from the implicit EmptyTask it discovers files, on the driver.
-        self.plan: ExecutionPlan = build_plan(
-            stages, fuse=executor.fuse, boundaries=options.stage_checkpoints.boundaries(stages),
-            head_on_cluster=not all(is_empty_task(t) for t in self.initial))
+        self.stop = StopSignal(self.run_id)  # registered in RUNS while the run is in progress
         self.live = LiveProgress(stages, self.run_id)
         self.counts = {i: StageCount() for i in range(len(stages))}
         quiet = isinstance(observer, NullObserver)  # no consumer: skip building records
         self.events = EventStream(None if quiet else observer.event, stages)
+        self.ids: Any = NoRunIds()
+        self.shard: Any = None
+        self.plan: ExecutionPlan | None = None
+        self.initial: list[Any] = []
         self.client: Any = None
-        self.stop: Any = None  # this run's StopSignal, from the executor when the run starts
         self.completion: Any = None
         self.planner: Any = None
         self.input_check: Any = None
@@ -76,43 +83,82 @@ class DaskRun:
         self.sources: list[Any] = []
         self.todo: list[Any] = []
         self.n_sources = self.n_todo = self.skipped = 0
+        try:  # refused here, the executor starts nothing for the run
+            self.prepare()
+        except BaseException as exc:
+            self.notify(None, exc)
+            raise
 
     def mark(self, name: str) -> None:
         self.timings[name] = time.perf_counter() - self.started
 
-    def mark_first_submit(self) -> None:
-        if not self.stop.event.is_set():
-            self.mark("first_submit")
-        self.live.first_submit = time.time()
-
-    # -- the steps ---------------------------------------------------------------------------
+    # -- the lifecycle ----------------------------------------------------------------------
     def execute(self) -> RunResult:
-        """Run every step; the cluster is closed afterwards unless the executor is entered."""
-        executor = self.executor
-        # this run's own stop: from here on (even during start) a request is this run's
-        self.stop = executor.run_started()
+        """Run every step; the cluster is closed afterwards unless the executor is entered.
+
+        Every way it ends reaches the observers once (:meth:`notify`); a stopped or
+        interrupted run raises its error with the resume hint of ``options.resume_hint``.
+        """
+        RUNS.add(self.stop, self.executor)  # from here on (even during start) a stop is this run's
         try:
-            self.observer.bind(stop=self.stop.request, progress=self.live.snapshot)
-            self.observer.plan_built(
-                plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict(),
-                              self.options.max_concurrent_partitions),
-                executor.settings())
-            settle_source(self.stages, self.plan, self.options, self.observer)
-            if self.plan.head_group is None:  # file discovery needs no cluster: first
-                self.run_head_on_driver()
-            self.connect()
             outputs = self.steps()
         except (RunStopped, KeyboardInterrupt) as stop:
             self.wrap_up(run_completed=False)
-            raise self.ended(stop) from None
-        except BaseException:
+            error = self.ended(stop)
+            self.notify(None, error)
+            raise self.hinted(error) from None
+        except BaseException as exc:
             self.wrap_up(run_completed=False)
+            self.notify(None, exc)
             raise
         self.wrap_up(run_completed=True)
-        return self.result(outputs)
+        try:
+            result = self.result(outputs)
+        except BaseException as exc:
+            self.notify(None, exc)
+            raise
+        self.notify(result, None)
+        return result
+
+    def prepare(self) -> None:
+        """When the run is made, before anything starts: refuse what cannot run, check the id
+        generator, apply the writers' output modes, give user-given initial tasks their root
+        ids, make the array shard (``run.json``), and plan."""
+        stages, options = self.stages, self.options
+        refuse_ray_only(stages)
+        refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
+        self.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails here
+        for stage in stages:  # after every refusal: a refused pipeline has deleted nothing
+            prepare = getattr(stage, "prepare_output", None)
+            if callable(prepare):
+                prepare(checkpoint_path=options.checkpoint_path)
+        if self.given:
+            assign_root_task_ids(self.given)
+        self.initial = list(self.given or [EmptyTask()])
+        from curator_dask.slurm.run import ArrayShardRun
+
+        self.shard = ArrayShardRun.for_run(options)
+        if self.shard is not None:
+            self.observers.insert(0, self.shard)
+        # Initial tasks given (URLs, archives, file groups): the head is real work, run on the
+        # cluster; from the implicit EmptyTask it discovers files, on the driver.
+        self.plan = build_plan(
+            stages, fuse=self.executor.fuse, boundaries=options.stage_checkpoints.boundaries(
+                stages), head_on_cluster=not all(is_empty_task(t) for t in self.initial))
 
     def steps(self) -> list[Any]:
-        """From the connected cluster to the sink's outputs and the flushed checkpoint."""
+        """From the observers' binding to the sink's outputs and the flushed checkpoint."""
+        for observer in self.observers:
+            observer.bind(stop=self.stop.request, progress=self.live.snapshot)
+        document = plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict(),
+                                 self.options.max_concurrent_partitions)
+        settings = self.executor.settings()
+        for observer in self.observers:
+            observer.plan_built(document, settings)
+        settle_source(self.stages, self.plan, self.options, self.observer)
+        if self.plan.head_group is None:  # file discovery needs no cluster: first
+            self.run_head_on_driver()
+        self.connect()
         check_resources(self.client, self.stages, self.plan,
                         getattr(self.executor.cluster, "worker_resources", None))
         self.open_checkpoint()
@@ -125,10 +171,26 @@ class DaskRun:
             self.head_done()
         self.select_sources()
         self.prepare_stage_checkpoints()
-        outputs = self.stream() if self.plan.groups and self.todo else self.todo
+        outputs = stream_sources(self) if self.plan.groups and self.todo else self.todo
         if self.completion is not None:
             self.summary = self.completion.close()
         return outputs
+
+    def notify(self, result: RunResult | None, error: BaseException | None) -> None:
+        """Every observer's ``run_finished``, in order; one that raises (the shard's manifest
+        could not be written) turns the end into that error for the observers after it, and
+        the error is raised."""
+        seen, raised = self.saw_failed_task(), None
+        for observer in self.observers:
+            try:
+                observer.run_finished(RunEnd(result=result if error is None else None,
+                                             error=error, failed_task_seen=seen))
+            except Exception as exc:
+                raised = raised or exc
+                if error is None:
+                    result, error = None, exc
+        if raised is not None:
+            raise raised
 
     def ended(self, stop: BaseException) -> BaseException:
         """The error a stopped or interrupted run ends with, counting what really completed
@@ -143,6 +205,18 @@ class DaskRun:
             return run_interrupted(f"Interrupted (Ctrl+C): {counted}")
         return RunStopped(f"{stop}: stopped after {counted}")
 
+    def hinted(self, error: BaseException) -> BaseException:
+        """``error`` as raised: with how to resume (``options.resume_hint``, a job's command)."""
+        hint = self.options.resume_hint
+        if hint is None:
+            return error
+        if isinstance(error, RunStopped):
+            return RunStopped(f"{error}; resume with: {hint}")
+        if is_run_interrupted(error):
+            return run_interrupted(f"{error}; resume with: {hint}")
+        return error
+
+    # -- the steps --------------------------------------------------------------------------
     def run_head_on_driver(self) -> None:
         """The head from ``EmptyTask`` (file discovery), on the driver, before the cluster
         starts: nothing in it needs the cluster, so an input path that names no file ends the
@@ -187,14 +261,11 @@ class DaskRun:
     def select_sources(self) -> None:
         """The array shard's sources, less those completed (unless their inputs changed)."""
         sources = self.sources
+        source_stage = self.stages[self.plan.head[-1]]
         if self.completion is not None:  # every source, before the shard filter
-            self.completion.check_partitioning(self.stages[self.plan.head[-1]], sources)
-        if self.options.slurm_array is not None:
-            from curator_dask.slurm.array import filter_slurm_array_source_tasks
-
-            source_stage = self.stages[self.plan.head[-1]]
-            sources = filter_slurm_array_source_tasks(sources, self.options.slurm_array,
-                                                      source_stage.name)
+            self.completion.check_partitioning(source_stage, sources)
+        if self.shard is not None:
+            sources = self.shard.select(sources, source_stage.name)
         self.sources = self.todo = sources
         changed: list[str] = []
         if self.completion is not None:
@@ -225,38 +296,9 @@ class DaskRun:
                                          self.options.checkpoint_storage_options)
         self.planner.prepare(self.sources, self.todo)
 
-    def stream(self) -> list[Any]:
-        """Send the stages to the workers once, then stream the sources through them."""
-        from curator_dask.backends.dask.streaming import SourceStream
-        from curator_dask.backends.dask.worker import StageHost
-
-        keep = self.executor.keep_outputs
-        host = StageHost(self.run_id, list(self.stages), counting=self.completion is not None,
-                         checkpoints=self.planner.runtime if self.planner is not None else None,
-                         drop_outputs_of=-1 if keep else self.plan.groups[-1].index)
-        if any(is_nemo(s) for s in self.stages):
-            from curator_dask.nemo.logs import forward_to_driver
-
-            forward_to_driver(self.client)
-        register_stage_host(self.client, host)
-        todo, self.todo, self.sources = self.todo, [], []  # the stream lets each go in turn
-        stream = SourceStream(self, host.name, todo)
-        bars = StageBars(self.stages, self.plan, self.n_todo, self.executor.progress,
-                         self.live.dashboard, on_advance=self.live.stage_advanced)
-        try:
-            with performance_report(self.client, self.options.performance_report,
-                                    skip=lambda: self.scheduler_lost is not None):
-                return stream.run(bars)
-        finally:
-            bars.close()
-            if self.scheduler_lost is None:
-                try:
-                    self.client.unregister_worker_plugin(host.name)
-                except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
-                    logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
-
     def wrap_up(self, run_completed: bool) -> None:
-        """Also after a stop or a failure: flush completions, record inputs, close."""
+        """Also after a stop or a failure: flush completions, record inputs, end the run on
+        its executor (whose cluster closes unless it is entered or runs another run)."""
         if self.planner is not None:
             self.planner.close(run_completed=run_completed)
             self.events.checkpoint_totals()
@@ -276,14 +318,12 @@ class DaskRun:
                                         set(self.summary.get("failed_sources") or ()))
             except Exception as exc:  # noqa: BLE001 (their next run reprocesses them)
                 logger.error("verify_inputs: could not record input fingerprints: %s", exc)
-        if self.options.failed_task_dir and self.saw_failed_task():
-            from curator_dask.slurm.failed_tasks import record_failed_tasks
-
-            record_failed_tasks(self.options.failed_task_dir)
-        self.executor.run_ended(self.stop)
+        RUNS.remove(self.stop)
+        self.executor.run_ended()
 
     def saw_failed_task(self) -> bool:
-        """Whether any stage returned a ``FailedTask`` (in the counts, or per the plugin)."""
+        """Whether any stage returned a ``FailedTask`` (in the counts, or per the plugin): the
+        one place this is decided (``RunEnd.failed_task_seen``)."""
         failed = (self.summary or {}).get("failed_sources")
         return bool(failed) or any(c.failed for c in self.counts.values())
 
@@ -326,25 +366,6 @@ class DaskRun:
                         result.num_outputs, line)
             warn_partial_run(line)
         return result
-
-
-def register_stage_host(client: Any, host: Any, attempts: int = 3) -> None:
-    """Send the run's stages to every worker (the ``StageHost`` plugin).
-
-    The scheduler keeps the plugin for workers that join later and sends it to the current
-    ones; a worker lost while it is being sent fails the call (its connection closes). That
-    is survived like a worker lost mid-run: the plugin goes again to the workers that remain.
-    """
-    for attempt in range(1, attempts + 1):
-        try:
-            client.register_plugin(host, name=host.name)
-            return
-        except OSError as exc:  # CommClosedError: a worker went away during the broadcast
-            if attempt == attempts:
-                raise
-            logger.warning("a worker was lost while the stages were sent to the workers (%s); "
-                           "sending them again to the %d that remain", exc,
-                           len(client.nthreads()))
 
 
 def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan,

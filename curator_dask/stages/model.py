@@ -1,10 +1,13 @@
-"""The two models the engine runs: curator_dask's own tasks and stages, and NeMo Curator's.
+"""The model of tasks and stages the engine runs: curator_dask's own, or NeMo Curator's.
 
-The engine (plan, adapter, worker plugin, scheduler plugin, stores) is duck-typed over both.
-Where it must *make* an object of a model (a ``NoneTask`` for a filtered slot, the performance
-record a stage call appends to ``_stage_perf``, the ``NodeInfo``/``WorkerMetadata`` handed to
-``setup_on_node``), it asks :func:`model_of`, which imports ``nemo_curator`` only for objects
-that came from it. See docs/design/architecture.md ("Two models, one engine").
+The engine (plan, adapter, worker plugin, scheduler plugin, stores) is duck-typed over both
+models: it recognises classes by name (:func:`class_named`) and reads Dask resources from
+``resources.gpus`` (:func:`dask_resources`). Where it must *make* an object of a model (a
+``NoneTask`` for a filtered slot, the performance record a stage call appends to
+``_stage_perf``, the ``NodeInfo``/``WorkerMetadata`` handed to ``setup_on_node``), it asks
+:func:`model_of`. This module holds the own model; NeMo Curator's is
+:mod:`curator_dask.nemo.model`, imported only for objects that came from NeMo Curator. See
+docs/design/architecture.md ("Two models, one engine").
 """
 
 from __future__ import annotations
@@ -78,8 +81,18 @@ def dask_resources(resources: Any) -> dict[str, float]:
     return {"GPU": resources.gpus} if gpus > 0 else {}
 
 
-class _Timer:
-    """curator_dask's record of one stage call: wall time, items in, custom metrics."""
+class StageTimer:
+    """curator_dask's record of one stage call: wall time, items in, custom metrics.
+
+    Example:
+        >>> from curator_dask.stages.base import ProcessingStage
+        >>> from curator_dask.tasks import StagePerfStats
+        >>> timer = StageTimer(ProcessingStage(), StagePerfStats)
+        >>> with timer.measure(3):
+        ...     pass
+        >>> timer.stats().num_items_processed
+        3
+    """
 
     def __init__(self, stage: Any, perf_class: type) -> None:
         self.stage, self.perf_class = stage, perf_class
@@ -100,63 +113,40 @@ class _Timer:
                                custom_metrics=self.stage._consume_custom_metrics())
 
 
-class _NemoTimer:
-    """NeMo Curator's own ``StageTimer``, used the way its stage adapters use it, so that
-    ``_stage_perf`` entries (process and idle time, input size, items, custom metrics) are
-    exactly NeMo's."""
-
-    def __init__(self, stage: Any) -> None:
-        from nemo_curator.utils.performance_utils import StageTimer
-
-        self.stage = stage
-        self._timer = StageTimer(stage)
-
-    @contextlib.contextmanager
-    def measure(self, items: int) -> Iterator[None]:
-        self._timer.reinit(items)
-        with self._timer.time_process(items):
-            yield
-
-    def stats(self) -> Any:
-        _, stats = self._timer.log_stats()
-        custom = self.stage._consume_custom_metrics()
-        if custom:
-            stats.custom_metrics.update(custom)
-        return stats
-
-
 @dataclass(frozen=True)
 class Model:
-    """What the engine makes for one model."""
+    """What the engine makes for one model: its classes, and its recorder of stage calls.
+
+    Attributes:
+        name: the model's package (``curator_dask`` or ``nemo_curator``).
+        none_task, node_info, worker_metadata, perf_stats: the model's classes.
+        timer_class: made once per stage adapter as ``timer_class(stage, perf_stats)``.
+    """
 
     name: str
     none_task: type
     node_info: type
     worker_metadata: type
     perf_stats: type
+    timer_class: type = StageTimer
 
     def timer(self, stage: Any) -> Any:
         """A per-adapter recorder of stage calls (``measure(items)``, then ``stats()``)."""
-        if self.name == NEMO_PACKAGE:
-            return _NemoTimer(stage)
-        return _Timer(stage, self.perf_stats)
+        return self.timer_class(stage, self.perf_stats)
 
 
 @cache
-def _own() -> Model:
+def own_model() -> Model:
+    """curator_dask's own model.
+
+    Example:
+        >>> own_model().none_task.__module__
+        'curator_dask.tasks.sentinels'
+    """
     from curator_dask.stages.base import NodeInfo, WorkerMetadata
     from curator_dask.tasks import NoneTask, StagePerfStats
 
     return Model("curator_dask", NoneTask, NodeInfo, WorkerMetadata, StagePerfStats)
-
-
-@cache
-def _nemo() -> Model:
-    from nemo_curator.backends.base import NodeInfo, WorkerMetadata
-    from nemo_curator.tasks import NoneTask
-    from nemo_curator.utils.performance_utils import StagePerfStats
-
-    return Model(NEMO_PACKAGE, NoneTask, NodeInfo, WorkerMetadata, StagePerfStats)
 
 
 def model_of(obj: object) -> Model:
@@ -167,4 +157,8 @@ def model_of(obj: object) -> Model:
         >>> model_of(ProcessingStage()).name
         'curator_dask'
     """
-    return _nemo() if is_nemo(obj) else _own()
+    if is_nemo(obj):
+        from curator_dask.nemo.model import nemo_model
+
+        return nemo_model()
+    return own_model()
