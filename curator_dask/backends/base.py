@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from curator_dask.tasks import Task
 
 __all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunEnd", "RunObserver", "RunOptions",
+           "prepare_outputs_and_root_ids",
            "WorkerMetadata", "check_max_concurrent_partitions"]
 
 
@@ -225,6 +226,22 @@ def partition_cap(value: Any = None) -> int | str:
     return check_max_concurrent_partitions(
         config.get("execution.max-concurrent-partitions"),
         given="config curator-dask.execution.max-concurrent-partitions")
+
+
+def prepare_outputs_and_root_ids(stages: Sequence[Any], checkpoint_path: str | None,
+                                 initial_tasks: Sequence[Task] | None) -> None:
+    """What every run does on the driver before it starts, whatever its executor: each
+    writer's ``prepare_output`` (temp files of dead writers removed; ``mode="overwrite"``
+    applied, or refused with a checkpoint), then the root ids of user-given initial tasks
+    (docs/design/contract.md §1.7)."""
+    for stage in stages:
+        prepare = getattr(stage, "prepare_output", None)
+        if callable(prepare):
+            prepare(checkpoint_path=checkpoint_path)
+    if initial_tasks:
+        from curator_dask.lineage import assign_root_task_ids
+
+        assign_root_task_ids(initial_tasks)
 
 
 @dataclasses.dataclass(frozen=True)

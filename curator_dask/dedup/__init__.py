@@ -6,8 +6,7 @@ Names are imported on first use, so ``import curator_dask.dedup`` does no work.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from curator_dask.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "CURATOR_DEDUP_ID_STR": "curator_dask.dedup.id_generator",
@@ -26,15 +25,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        msg = f"module 'curator_dask.dedup' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

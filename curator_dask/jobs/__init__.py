@@ -9,19 +9,8 @@ import does) stays cheap.
 
 from __future__ import annotations
 
-from typing import Any
+from curator_dask.utils.lazy import lazy_exports
 
 __all__ = ["JobUtils", "list_running_jobs", "show_job_progress", "stop_job"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from curator_dask.jobs import api
-
-        return getattr(api, name)
-    msg = f"module 'curator_dask.jobs' has no attribute {name!r}"
-    raise AttributeError(msg)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "curator_dask.jobs.api"))

@@ -8,8 +8,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from curator_dask import lineage
-from curator_dask.backends.base import BaseExecutor, RunEnd, RunOptions
+from curator_dask.backends.base import (
+    BaseExecutor,
+    RunEnd,
+    RunOptions,
+    prepare_outputs_and_root_ids,
+)
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.stages.model import class_named, is_stage_class
 
@@ -216,12 +220,7 @@ class Pipeline:
                      options: RunOptions) -> list[Task]:
         """Another project's executor (NeMo Curator's, say): what our executor's run does
         before it starts (writers' output modes, root ids), then its two-argument call."""
-        for stage in self.stages:
-            prepare = getattr(stage, "prepare_output", None)
-            if callable(prepare):
-                prepare(checkpoint_path=options.checkpoint_path)
-        if initial_tasks:
-            lineage.assign_root_task_ids(initial_tasks)
+        prepare_outputs_and_root_ids(self.stages, options.checkpoint_path, initial_tasks)
         return executor.execute(self.stages, initial_tasks)
 
 

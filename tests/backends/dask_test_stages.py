@@ -202,3 +202,20 @@ class PassFiles(ProcessingStage):
 
     def process(self, task):
         return task
+
+
+@dataclass
+class WaitFor(ProcessingStage[DocumentBatch, DocumentBatch]):
+    """Holds each batch until ``path`` exists (a test's signal to let the run finish); with
+    ``marker``, first appends the batch's task id there (the test sees what is in flight)."""
+
+    path: str = ""
+    marker: str = ""
+    name: str = "wait_for"
+
+    def process(self, task: DocumentBatch) -> DocumentBatch:
+        if self.marker:
+            _append(self.marker, task.task_id)
+        while not os.path.exists(self.path):
+            time.sleep(0.02)
+        return task

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-from dataclasses import dataclass
 
 import pytest
 
-from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline, ProcessingStage
+from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
 from curator_dask.backends.dask.stop import RUNS
 from curator_dask.errors import RunStopped
 from curator_dask.jobs.control import request_stop
 from curator_dask.jobs.summary import STOP_REQUEST, SUMMARY_FILE, read_summary
 from curator_dask.sample_data import generate_jsonl
-from curator_dask.tasks import DocumentBatch
+from tests.backends.dask_test_stages import WaitFor
 from tests.helpers import poll_for
 
 pytestmark = pytest.mark.slow
@@ -29,30 +27,13 @@ pytestmark = pytest.mark.slow
 SOURCES = 4
 
 
-@dataclass
-class MarkThenWait(ProcessingStage[DocumentBatch, DocumentBatch]):
-    """Records each partition it starts in ``marker``, then holds it until ``release``
-    exists (tests/dedup/test_ids.py's ``WaitFor``, with the marker)."""
-
-    marker: str = ""
-    release: str = ""
-    name: str = "mark_then_wait"
-
-    def process(self, task: DocumentBatch) -> DocumentBatch:
-        with open(self.marker, "a") as f:
-            f.write(task.task_id + "\n")
-        while not os.path.exists(self.release):
-            time.sleep(0.02)
-        return task
-
-
 def _pipeline(tmp_path, name: str) -> Pipeline:
     inputs = generate_jsonl(str(tmp_path / f"in-{name}"), files=SOURCES, docs_per_file=2,
                             seed=len(name))
     return (Pipeline(name=name)
             .add_stage(JsonlReader(file_paths=inputs, files_per_partition=1))
-            .add_stage(MarkThenWait(marker=str(tmp_path / f"{name}.started"),
-                                    release=str(tmp_path / f"{name}.release")))
+            .add_stage(WaitFor(marker=str(tmp_path / f"{name}.started"),
+                               path=str(tmp_path / f"{name}.release")))
             .add_stage(JsonlWriter(path=str(tmp_path / f"out-{name}"))))
 
 

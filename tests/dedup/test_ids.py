@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from curator_dask.stages.base import ProcessingStage
 from curator_dask.stages.text.io.reader.jsonl import JsonlReaderStage
 from curator_dask.stages.text.io.reader.parquet import ParquetReaderStage
 from curator_dask.tasks import DocumentBatch
+from tests.backends.dask_test_stages import WaitFor
 from tests.helpers import poll_for
 
 pytestmark = pytest.mark.slow
@@ -71,19 +70,6 @@ class FailOn(ProcessingStage[DocumentBatch, DocumentBatch]):
         if self.path in task._metadata["source_files"]:
             msg = f"planted failure on {self.path}"
             raise RuntimeError(msg)
-        return task
-
-
-@dataclass
-class WaitFor(ProcessingStage[DocumentBatch, DocumentBatch]):
-    """Holds each batch until ``path`` exists (the test's signal to let the run finish)."""
-
-    path: str = ""
-    name: str = "wait_for"
-
-    def process(self, task: DocumentBatch) -> DocumentBatch:
-        while not os.path.exists(self.path):
-            time.sleep(0.02)
         return task
 
 

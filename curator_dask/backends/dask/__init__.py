@@ -5,19 +5,14 @@ The executor is imported on first use, so that importing the package stays light
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from curator_dask.utils.lazy import lazy_exports
 
 __all__ = ["DaskExecutor", "RunResult"]
 
-
-def __getattr__(name: str):
-    if name not in __all__:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module("curator_dask.backends.dask.executor"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(
+    __name__, dict.fromkeys(__all__, "curator_dask.backends.dask.executor"))
 
 
 if TYPE_CHECKING:

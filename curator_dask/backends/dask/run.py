@@ -17,7 +17,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from curator_dask.backends.base import NullObserver, RunEnd, RunObserver, RunOptions
+from curator_dask.backends.base import (
+    NullObserver,
+    RunEnd,
+    RunObserver,
+    RunOptions,
+    prepare_outputs_and_root_ids,
+)
 from curator_dask.backends.counts import StageCount
 from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
@@ -36,7 +42,7 @@ from curator_dask.errors import (
     stop_summary,
     warn_partial_run,
 )
-from curator_dask.lineage import assign_root_task_ids, is_empty_task, source_id_of
+from curator_dask.lineage import is_empty_task, source_id_of
 from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask
 from curator_dask.utils.files import NoInputFilesError
@@ -128,12 +134,8 @@ class DaskRun:
         refuse_ray_only(stages)
         refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
         self.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails here
-        for stage in stages:  # after every refusal: a refused pipeline has deleted nothing
-            prepare = getattr(stage, "prepare_output", None)
-            if callable(prepare):
-                prepare(checkpoint_path=options.checkpoint_path)
-        if self.given:
-            assign_root_task_ids(self.given)
+        # after every refusal: a refused pipeline has deleted nothing
+        prepare_outputs_and_root_ids(stages, options.checkpoint_path, self.given)
         self.initial = list(self.given or [EmptyTask()])
         from curator_dask.slurm.run import ArrayShardRun
 

@@ -9,16 +9,9 @@ with commit markers. Importing this package does no work. See docs/deduplication
 
 from __future__ import annotations
 
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FuzzyDeduplicationWorkflow":
-        from curator_dask.dedup.fuzzy.workflow import FuzzyDeduplicationWorkflow
-
-        return FuzzyDeduplicationWorkflow
-    msg = f"module 'curator_dask.dedup.fuzzy' has no attribute {name!r}"
-    raise AttributeError(msg)
-
+from curator_dask.utils.lazy import lazy_exports
 
 __all__ = ["FuzzyDeduplicationWorkflow"]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"FuzzyDeduplicationWorkflow": "curator_dask.dedup.fuzzy.workflow"})
