@@ -20,15 +20,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from curator_dask import config as _config
 from curator_dask.backends.dask.adapter import failed_among, source_files
 from curator_dask.backends.dask.keys import task_key
+from curator_dask.backends.dask.start_gate import NotStarted, close_gate, finished_result, run_gated
 from curator_dask.backends.dask.stop import StopSignal
 from curator_dask.backends.dask.watches import SchedulerWatch, WorkerWatch, completed
 from curator_dask.backends.dask.window import ChunkSizer, PartitionCap
-from curator_dask.backends.dask.worker import GroupResult, run_group
+from curator_dask.backends.dask.worker import GroupResult
 from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
 from curator_dask.errors import RunStopped, SchedulerLostError
 
@@ -241,10 +243,11 @@ class SourceStream:
         previous: Any = GroupResult(batches=[[task] for task in chunk])
         resume = self.sink.resume_candidates(chunk)
         chain = []
+        name = task_key("chain", self.run_id, chunk)  # the same for each group's task
         for group in self.plan.groups:
             previous = self.client.submit(
-                run_group, self.host, group.index, group.stage_indices, previous,
-                resume if group.index == 0 else None,
+                run_gated, self.host, group.index, group.stage_indices, previous,
+                resume if group.index == 0 else None, name,
                 key=task_key(group.label, self.run_id, chunk),
                 resources=group.resource_dict or None, pure=False,
             )
@@ -283,6 +286,9 @@ class SourceStream:
             if _killed_worker(exc):  # its workers died: said in the run's terms
                 raise self._killed(Chain(chain or [future], ids, files), exc) from exc
             raise exc.with_traceback(tb)
+        result = finished_result(result)
+        if isinstance(result, NotStarted):  # refused by a drain's closed start gate
+            return  # nothing ran: its sources stay pending
         if not isinstance(result, GroupResult):  # cancelled
             if getattr(result, "reason", None) == "scheduler-connection-lost":
                 # the client cancels every future the moment its scheduler connection drops
@@ -311,10 +317,9 @@ class SourceStream:
         if self._ended:
             return
         timeout = self.settings.drain_timeout
-        cancelled = self._cancel_unstarted()
+        cancelled, running = self._cancel_unstarted()
         logger.warning("%s: no new sources; %d queued tasks cancelled, waiting up to %.0f s for "
-                       "%d running tasks", self.stop.reason, cancelled, timeout,
-                       len(self.in_flight) - cancelled)
+                       "%d running tasks", self.stop.reason, cancelled, timeout, running)
         deadline = time.monotonic() + timeout
         while self.in_flight and time.monotonic() < deadline and not self._ended:
             time.sleep(0.05)
@@ -322,27 +327,32 @@ class SourceStream:
             self.sink.cut_short(sum(len(ids) for ids in list(self.in_flight.values())))
             self.client.cancel(list(self.in_flight), force=True)
 
-    def _cancel_unstarted(self) -> int:
-        """Cancel the chains none of whose Dask tasks is running now (queued on the scheduler
-        or a worker, or between two fusion groups): only running tasks may finish; the sources
-        of a cancelled chain stay pending. Returns how many were cancelled."""
+    def _cancel_unstarted(self) -> tuple[int, int]:
+        """Close the run's start gate on every worker (:mod:`.start_gate`), then cancel the
+        chains none of whose tasks had passed it (queued on the scheduler or a worker, or
+        between two fusion groups): only those running may finish; the gate refuses every
+        other one even where the cancel arrives late; the sources of a cancelled chain stay
+        pending. Returns how many chains were cancelled and how many run on."""
         try:
-            states = [pair for pairs in self.client.run(task_states).values() for pair in pairs]
+            states = [pair for pairs in self.client.run(partial(close_gate, self.host)).values()
+                      for pair in pairs]
         except Exception as exc:  # noqa: BLE001 (then every chain drains as before)
-            logger.warning("could not ask the workers what runs (%s): queued tasks will run", exc)
-            return 0
+            logger.warning("could not close the start gate on the workers (%s): queued tasks "
+                           "will run", exc)
+            return 0, len(self.chains)
         running = {key for key, state in states if state != "memory"}
         # A chain whose last task already finished is done, not queued: its sources may be
         # recorded complete by now, so it is collected, never cancelled (the driver's counts
         # and the checkpoint would disagree).
         done = {key for key, state in states if state == "memory"}
-        unstarted = [last for last, chain in list(self.chains.items())
+        chains = list(self.chains.items())
+        unstarted = [last for last, chain in chains
                      if last.status != "finished" and str(last.key) not in done
                      and not any(str(f.key) in running for f in chain)]
         if unstarted:
             self.client.cancel([f for last in unstarted for f in self.chains.get(last, ())],
                                force=True)
-        return len(unstarted)
+        return len(unstarted), len(chains) - len(unstarted)
 
 
 class _NoBars:
@@ -359,10 +369,3 @@ def _killed_worker(exc: BaseException) -> bool:
     from distributed.scheduler import KilledWorker
 
     return isinstance(exc, KilledWorker)
-
-
-def task_states(dask_worker: Any) -> list[tuple[str, str]]:
-    """``(key, state)`` of the tasks a worker is running now or holds the result of
-    (``client.run`` calls it on each worker)."""
-    return [(str(key), ts.state) for key, ts in dask_worker.state.tasks.items()
-            if ts.state in ("executing", "long-running", "memory")]
