@@ -71,6 +71,8 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
     for path, (shown_path, ids, exc) in zip(
         paths, read_writer_files(fs, paths, remote=remote), strict=True
     ):
+        if ids is None and not fs.exists(path):
+            continue  # removed since it was listed: an empty file its run dropped at close
         writer = WriterFile(path=shown_path, size=sizes[path])
         if ids is None:
             writer.error = f"{type(exc).__name__}: {exc}"

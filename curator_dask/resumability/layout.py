@@ -5,7 +5,7 @@ fingerprints and the SLURM array files::
 
     <checkpoint>/
         .nemo_curator_metadata/                 # NeMo Curator 1.4's own layout, byte for byte
-            <host>-<pid>.mdb                    # completed source ids (LMDB)
+            <host>-<pid>-<token>.mdb            # completed source ids (LMDB), one per run
             .slurm_array_completion/
                 run.json                        # the array run's shard range
                 completed_slurm_array_<digest>.json

@@ -2,12 +2,17 @@
 
 See docs/design/contract.md §4.
 
-One writer file per process, ``<checkpoint>/.nemo_curator_metadata/<host>-<pid>.mdb``, named
-database ``completed_sources``, key = source id (UTF-8), value ``b"1"``. At start the store reads
-the union of every ``*.mdb`` in that directory, read in child processes
+One writer file per store (per run: each run's completion plugin opens one store),
+``<checkpoint>/.nemo_curator_metadata/<host>-<pid>-<token>.mdb`` with a fresh 8-hex token, so
+two runs in one scheduler process, or two hosts of the same name with the same pid, never share
+a file (docs/design/contract.md §4.1); named database ``completed_sources``, key = source id
+(UTF-8), value ``b"1"``. NeMo Curator reads every ``*.mdb`` there and never parses a name. At
+start the store reads the union of every ``*.mdb`` in that directory, read in child processes
 (``safe_read.SafeReader``; two for many files) so that a damaged file cannot kill this one, into
-a compact ``CompletedSet``; an unreadable or damaged file is skipped with a warning. A damaged
-file of this writer's own name (a recycled pid) is moved aside before the writer opens it.
+a compact ``CompletedSet``; an unreadable or damaged file is skipped with a warning. A store
+with a generated name that completed nothing removes its file at close. With an explicit
+``writer_id`` naming an existing file (NeMo Curator's recycled pid), a damaged one is moved
+aside before the writer opens it.
 
 LMDB memory-maps its file and needs a local POSIX file system. For object stores (``s3://``,
 ``memory://``, ...) and network file systems (NFS, Lustre, GPFS, ...; detected from the mount
@@ -23,7 +28,6 @@ import contextlib
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -39,6 +43,8 @@ from curator_dask.resumability.safe_read import MAP_SIZE as MAP_SIZE
 from curator_dask.resumability.safe_read import SafeReader, pack_keys, probe_writer_file, unpacked
 from curator_dask.resumability.safe_read import open_writer_env as open_writer_env
 from curator_dask.resumability.safe_read import read_completed as read_completed
+from curator_dask.resumability.writer_id import claim, release
+from curator_dask.resumability.writer_id import default_writer_id as default_writer_id
 from curator_dask.utils.atomic import owned_temp_dir, remove_stale_temp_dirs, write_atomic
 from curator_dask.utils.files import is_remote_url
 
@@ -53,11 +59,6 @@ NETWORK_FS_TYPES = frozenset({
     "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs",
     "9p", "afs", "panfs", "wekafs", "fuse.weka",
 })
-
-
-def default_writer_id() -> str:
-    """``<hostname>-<pid>`` of this process, as NeMo Curator names its writer files."""
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def mount_fs_type(path: str, mounts_file: str = "/proc/mounts") -> str | None:
@@ -189,6 +190,9 @@ class CompletionStore:
         publish_interval: float = 5.0,
     ) -> None:
         self.checkpoint_url = checkpoint_url.rstrip("/")
+        # A generated id names a file nobody else opens or will reopen; an explicit one may
+        # name an earlier writer's file, which is then reopened (NeMo Curator's recycled pid).
+        self.generated_id = not writer_id
         self.writer_id = writer_id or default_writer_id()
         if "/" in self.writer_id or self.writer_id.startswith("."):
             msg = f"writer_id must be a plain file name, got {self.writer_id!r}"
@@ -196,6 +200,22 @@ class CompletionStore:
         self.fs, root = fsspec.core.url_to_fs(self.checkpoint_url, **(storage_options or {}))
         self.meta_dir = self.fs.sep.join([root.rstrip(self.fs.sep), METADATA_DIRNAME])
         self.remote_path = self.fs.sep.join([self.meta_dir, f"{self.writer_id}.mdb"])
+        self.env: lmdb.Environment | None = None
+        self._claimed = claim(self._claim_key())
+        try:
+            self._open(staged, publish_interval)
+        except BaseException:
+            release(self._claimed)
+            raise
+
+    def _claim_key(self) -> str:
+        """The process-wide name of this store's writer file."""
+        if self._is_remote():
+            return self.fs.unstrip_protocol(self.remote_path)
+        return os.path.realpath(self.remote_path)
+
+    def _open(self, staged: bool | None, publish_interval: float) -> None:
+        """Create the metadata directory, stage the file if needed, and open the writer."""
         self.staged = needs_staging(self.checkpoint_url) if staged is None else staged
         self.publish_interval = publish_interval
         self._lock = threading.Lock()
@@ -206,22 +226,24 @@ class CompletionStore:
             _remove_stale_staging()
             self._local_dir = owned_temp_dir(STAGING_PREFIX)
             self.local_path = os.path.join(self._local_dir, f"{self.writer_id}.mdb")
-            if self.fs.exists(self.remote_path):
-                # A recycled pid resumes its own file, as NeMo Curator's writer does.
+            if not self.generated_id and self.fs.exists(self.remote_path):
+                # An explicit id resumes its own file, as NeMo Curator's recycled pid does.
                 self.fs.get_file(self.remote_path, self.local_path)
         else:
             self._local_dir = None
             self.local_path = self.remote_path
         self.set_aside = self._set_aside_if_damaged()
-        self.env: lmdb.Environment | None = open_writer_env(self.local_path)
+        self.env = open_writer_env(self.local_path)
         self.db = self.env.open_db(DB_NAME)
         self.unreadable: list[str] = []
 
     def _set_aside_if_damaged(self) -> str | None:
-        """Check a file of this writer's own name left by an earlier process (a recycled pid)
-        before reopening it for writing (docs/design/contract.md §4.2): a damaged one would kill
-        this process. It is moved to ``<name>.mdb.damaged`` (staged: dropped, and replaced at
-        the next publish) and its sources run again. Returns the shown path of such a file."""
+        """Check a file of this writer's own name left by an earlier process before reopening
+        it for writing (docs/design/contract.md §4.2): a damaged one would kill this process.
+        Only an explicit ``writer_id`` used again (like NeMo Curator's recycled pid) finds one;
+        a generated id's fresh token does not. A damaged one is moved to
+        ``<name>.mdb.damaged`` (staged: dropped, and replaced at the next publish) and its
+        sources run again. Returns the shown path of such a file."""
         path = self.local_path
         if not os.path.exists(path) or os.path.getsize(path) == 0:
             return None  # none, or a fresh file LMDB initialises
@@ -262,8 +284,12 @@ class CompletionStore:
         as they come)."""
         yield self.own_completed()
         others = [p for p in self.writer_files() if p != self.remote_path]
-        for shown, ids, exc in read_writer_files(self.fs, others, remote=self._is_remote()):
-            if ids is None:
+        outcomes = read_writer_files(self.fs, others, remote=self._is_remote())
+        for path, (shown, ids, exc) in zip(others, outcomes, strict=True):
+            if ids is None and not self.fs.exists(path):
+                # removed since it was listed: an empty file its run dropped at close
+                logger.debug("resumability: writer file %s went away while read", shown)
+            elif ids is None:
                 logger.warning("resumability: skipping unreadable checkpoint %s: %s", shown, exc)
                 self.unreadable.append(shown)
             else:
@@ -331,14 +357,41 @@ class CompletionStore:
             return False
         return self.publish()
 
+    def _is_empty(self) -> bool:
+        with self.env.begin() as txn:
+            return txn.stat(self.db)["entries"] == 0
+
     def close(self) -> None:
-        """Publish (when staged) and close; idempotent."""
+        """Publish (when staged) and close; idempotent. A store with a generated id that holds
+        no completions removes its file instead (nobody reopens it, and it holds nothing)."""
         if self.env is None:
             return
+        drop = self.generated_id and self._is_empty()
         try:
-            self.publish()
+            if not drop:
+                self.publish()
         finally:
             env, self.env = self.env, None
             env.close()
-            if self._local_dir is not None:
-                shutil.rmtree(self._local_dir, ignore_errors=True)
+            try:
+                if drop:
+                    self._remove_own_file()
+            finally:
+                if self._local_dir is not None:
+                    shutil.rmtree(self._local_dir, ignore_errors=True)
+                release(self._claimed)
+
+    def _remove_own_file(self) -> None:
+        """Remove this store's empty writer file (staged: a snapshot published before its
+        completions were withdrawn)."""
+        try:
+            if self.staged:
+                if self.fs.exists(self.remote_path):
+                    self.fs.rm_file(self.remote_path)
+            else:
+                os.unlink(self.local_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # an empty file left behind is harmless
+            logger.warning("resumability: could not remove the empty writer file %s: %s",
+                           self.remote_path, exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterator
@@ -111,11 +112,15 @@ class TestLayout:
         assert os.listdir(tmp_path) == ["x.mdb"]
 
     def test_default_writer_id(self, tmp_path: Path) -> None:
-        assert default_writer_id() == f"{socket.gethostname()}-{os.getpid()}"
+        """NeMo Curator's ``<host>-<pid>``, then 8 hex characters fresh for every store."""
+        prefix = re.escape(f"{socket.gethostname()}-{os.getpid()}-")
+        assert re.fullmatch(rf"{prefix}[0-9a-f]{{8}}", default_writer_id())
+        assert default_writer_id("0a1b2c3d").endswith("-0a1b2c3d")
         store = CompletionStore(str(tmp_path))
+        store.add(["a"])
         store.close()
-        assert store.writer_id == default_writer_id()
-        assert listing(tmp_path) == [f"{socket.gethostname()}-{os.getpid()}.mdb"]
+        assert re.fullmatch(rf"{prefix}[0-9a-f]{{8}}", store.writer_id)
+        assert listing(tmp_path) == [f"{store.writer_id}.mdb"]
 
     @pytest.mark.parametrize("bad", ["a/b", ".hidden", "../up"])
     def test_writer_id_must_be_a_plain_name(self, tmp_path: Path, bad: str) -> None:
