@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.dedup.exact_corpus import read_corpus, write_corpus
-from tests.slurm.local_slurm import local_slurm
+from tests.slurm.local_slurm import local_slurm, network_kwargs
 
 _reason = local_slurm()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
@@ -24,8 +24,8 @@ def test_exact_dedup_on_a_slurm_cluster(tmp_path):
 
     corpus = write_corpus(tmp_path / "in", files=4, docs=30)
     kwargs = {"cores": 1, "memory": "2GB", "processes": 1, "queue": "debug",
-              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
-              "scheduler_options": {"dashboard_address": None}, "python": sys.executable}
+              "walltime": "00:10:00", **network_kwargs(dashboard_address=None),
+              "log_directory": str(tmp_path / "logs"), "python": sys.executable}
     executor = DaskExecutor(cluster="slurm", jobs=1, progress=False, cluster_kwargs=kwargs)
     with executor:
         handle = executor.cluster

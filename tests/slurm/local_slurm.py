@@ -10,7 +10,10 @@ one: on an HPC login node ``sinfo`` answers too, and nothing here may reach a pr
    names the cluster ``curator-dask-local``;
 2. the controller that answers (``scontrol show config`` comes from the running slurmctld)
    runs with that very file and that cluster name;
-3. that controller's address is this machine's loopback (``SlurmctldHost=<host>(127.0.0.1)``).
+3. that controller's address is this machine's loopback (``SlurmctldHost=<host>(127.0.0.1)``),
+   or, for the multi-node test cluster (``start.sh --nodes N``), the address that the file's
+   ``# bridge=cdslurm0 <address>`` line names and that this machine's own bridge ``cdslurm0``
+   carries (a bridge that ``start.sh`` made and attached to no physical interface).
 
 Standard library only: the notebook loads this file by path.
 """
@@ -87,10 +90,59 @@ def local_slurm() -> str | None:
     hosts = [v for k, v in config.items() if k.startswith(("SlurmctldHost", "ControlMachine"))]
     addresses = [m.group(2) or m.group(1) for m in (re.match(r"^([^(]+)(?:\((.*)\))?$", h)
                                                     for h in hosts) if m]
-    if not addresses or not all(LOOPBACK.match(a.strip()) for a in addresses):
+    local = {"127.0.0.1", "::1", "localhost"} | _bridge_address(text)
+    if not addresses or not all(LOOPBACK.match(a.strip()) or a.strip() in local
+                                for a in addresses):
         return (f"the SLURM controller is at {', '.join(hosts) or 'an unknown address'}, not "
-                "on this machine's loopback address")
+                "on this machine's loopback address or the test cluster's own bridge")
     return None
+
+
+def _bridge_address(conf_text: str) -> set[str]:
+    """The controller address of a multi-node test cluster, when the configuration names it
+    (``# bridge=<bridge> <address>``) and this machine's bridge of that name carries it."""
+    m = re.search(r"^# bridge=([\w-]+) (\S+)\s*$", conf_text, re.M)
+    if not m:
+        return set()
+    rc, out = _run("ip", "-o", "-4", "addr", "show", "dev", m.group(1))
+    return {m.group(2)} if rc == 0 and f" {m.group(2)}/" in out else set()
+
+
+def _conf_text() -> str:
+    try:
+        with open(os.environ.get("SLURM_CONF") or DEFAULT_CONF, encoding="utf-8",
+                  errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return ""
+
+
+def bridge() -> str:
+    """The bridge of the multi-node test cluster that answers (``cdslurm0`` unless a private
+    one is meant, ``$SLURM_CONF``), else ``""``."""
+    m = re.search(r"^# bridge=([\w-]+) ", _conf_text(), re.M)
+    return m.group(1) if m else ""
+
+
+def multinode() -> int:
+    """How many namespaced test hosts the local SLURM has (``start.sh --nodes N``), 0 for the
+    single-node form (one slurmd in this machine's own namespaces)."""
+    text = _conf_text()
+    m = re.search(r"^# nodes=(\d+)\s*$", text, re.M)
+    return int(m.group(1)) if m and int(m.group(1)) > 1 and _bridge_address(text) else 0
+
+
+def network_kwargs(**scheduler_options: object) -> dict:
+    """``SLURMCluster`` keyword arguments that put the scheduler and the worker jobs where
+    they reach each other on the local SLURM: loopback on the single-node form; on the
+    multi-node test cluster the workers on their node's ``eth0`` and the scheduler (in this
+    process, the login side) on the bridge ``cdslurm0``, as an HPC site's interface setting
+    (``interface="ib0"``) would. ``scheduler_options`` are added to the scheduler's."""
+    if multinode():
+        return {"interface": "eth0",
+                "scheduler_options": {"interface": bridge(), **scheduler_options}}
+    return {"interface": "lo", **({"scheduler_options": scheduler_options}
+                                  if scheduler_options else {})}
 
 
 def node_cpus() -> int:

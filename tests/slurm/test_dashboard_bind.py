@@ -11,26 +11,13 @@ import sys
 
 import pytest
 
-from tests.slurm.local_slurm import local_slurm
+from tests.slurm.local_slurm import local_slurm, network_kwargs
 
 _reason = local_slurm()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
               pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
 ANY = ("0.0.0.0", "::")
-
-
-def _job_processes(worker_pid: int) -> set[int]:
-    """The worker's process, its nanny (its parent, under slurmstepd) and their children."""
-    import psutil
-
-    worker = psutil.Process(worker_pid)
-    top = worker
-    for parent in worker.parents():
-        if parent.name().startswith("slurmstepd") or parent.pid == 1:
-            break
-        top = parent
-    return {top.pid, *(p.pid for p in top.children(recursive=True))}
 
 
 def _listening(pids: set[int]) -> list[tuple[int, str, int]]:
@@ -46,17 +33,34 @@ def test_slurm_cluster_dashboards_listen_on_loopback_only(tmp_path):
 
     # As in test_real_slurm.py's TLS test, but no dashboard options: the defaults are tested.
     kwargs = {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug",
-              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
+              "walltime": "00:10:00", **network_kwargs(), "log_directory": str(tmp_path / "logs"),
               "python": sys.executable}
+    def job_listening() -> list[tuple[int, str, int]]:
+        """The listening sockets of the worker job this runs in (defined here, so that it
+        travels by value): the worker's process, its nanny
+        (its parent, under slurmstepd) and their children. Run on the worker (``client.run``): on
+        the multi-node test cluster its processes and sockets are in the node's own PID and
+        network namespaces, where only a process of that node sees them."""
+        import psutil
+
+        worker = psutil.Process()
+        top = worker
+        for parent in worker.parents():
+            if parent.name().startswith("slurmstepd") or parent.pid == 1:
+                break
+            top = parent
+        pids = {top.pid, *(p.pid for p in top.children(recursive=True))}
+        return sorted((c.pid, c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN and c.pid in pids)
+
     with DaskExecutor(cluster="slurm", jobs=1, progress=False, cluster_kwargs=kwargs) as executor:
         client = executor.start()
         client.wait_for_workers(1, timeout=120)
         assert executor.cluster.tls
-        (worker_pid,) = client.run(os.getpid).values()
         http = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.http_server.port)
         worker_http = client.run(lambda dask_worker: dask_worker.http_server.port)
         driver = _listening({os.getpid()})
-        job = _listening(_job_processes(worker_pid))
+        (job,) = client.run(job_listening).values()
     report = f"driver: {driver}\nworker job: {job}"
     assert driver and job, report
     assert not [s for s in driver + job if s[1] in ANY], report

@@ -23,7 +23,7 @@ import pytest
 
 from curator_dask.sample_data import generate_jsonl
 from tests.helpers import cli, completed_ids, import_path, poll_for, slow_pipeline
-from tests.slurm.local_slurm import local_slurm
+from tests.slurm.local_slurm import local_slurm, network_kwargs
 
 _reason = local_slurm()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(300),
@@ -39,8 +39,8 @@ def _queued(name: str) -> str:
 
 def _job_kwargs(tmp_path: Path, name: str, prologue: list[str]) -> dict[str, Any]:
     return {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug",
-            "walltime": "00:05:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
-            "scheduler_options": {"dashboard_address": None}, "python": sys.executable,
+            "walltime": "00:05:00", **network_kwargs(dashboard_address=None),
+            "log_directory": str(tmp_path / "logs"), "python": sys.executable,
             "job_name": name, "job_script_prologue": prologue}
 
 

@@ -17,7 +17,7 @@ import pytest
 from curator_dask.sample_data import generate_jsonl
 from tests.backends.test_hash_seed import hash_with_seed
 from tests.helpers import REPO_ROOT, cli_env, wait_for_job
-from tests.slurm.local_slurm import local_slurm, node_cpus
+from tests.slurm.local_slurm import local_slurm, network_kwargs, node_cpus
 
 _reason = local_slurm()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
@@ -42,8 +42,8 @@ def test_a_worker_job_without_a_nanny_gets_the_seed(tmp_path, monkeypatch):
     # sbatch hands the submitting process's environment to the job: none here
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     kwargs = {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug", "nanny": False,
-              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
-              "scheduler_options": {"dashboard_address": None}, "python": sys.executable}
+              "walltime": "00:10:00", **network_kwargs(dashboard_address=None),
+              "log_directory": str(tmp_path / "logs"), "python": sys.executable}
     with DaskExecutor(cluster="slurm", jobs=1, progress=False, cluster_kwargs=kwargs) as ex:
         client = ex.start()
         client.wait_for_workers(1, timeout=120)

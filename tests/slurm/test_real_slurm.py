@@ -21,7 +21,7 @@ import pytest
 
 from curator_dask.sample_data import generate_jsonl
 from tests.helpers import cli, import_path, poll_for, slow_pipeline, wait_for_job
-from tests.slurm.local_slurm import local_slurm, node_cpus
+from tests.slurm.local_slurm import local_slurm, network_kwargs, node_cpus
 
 _reason = local_slurm()
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
@@ -166,8 +166,8 @@ def test_slurm_cluster_with_tls_replaces_a_cancelled_worker_job(tmp_path):
                 .add_stage(slow_stage_mod.Slow())
                 .add_stage(JsonlWriter(path=str(tmp_path / "output"))))
     kwargs = {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug",
-              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
-              "scheduler_options": {"dashboard_address": None},
+              "walltime": "00:10:00", **network_kwargs(dashboard_address=None),
+              "log_directory": str(tmp_path / "logs"),
               "python": sys.executable}
     seen_jobs: set[str] = set()
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "2s",
@@ -231,8 +231,8 @@ def test_adaptive_slurm_cluster_starts_empty_grows_and_releases_its_jobs(tmp_pat
                 .add_stage(JsonlWriter(path=str(tmp_path / "output"))))
     name = f"adapt-{uuid.uuid4().hex[:8]}"
     kwargs = {"cores": 1, "memory": "1GB", "processes": 1, "queue": "debug",
-              "walltime": "00:10:00", "interface": "lo", "log_directory": str(tmp_path / "logs"),
-              "scheduler_options": {"dashboard_address": None}, "python": sys.executable,
+              "walltime": "00:10:00", **network_kwargs(dashboard_address=None),
+              "log_directory": str(tmp_path / "logs"), "python": sys.executable,
               "job_name": name}
     seen: set[str] = set()
 

@@ -174,12 +174,60 @@ def _slurm_runner(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned
     hash_seed_for_worker_rank()
     scheduler_file = spec.scheduler_file or os.path.join(
         os.getcwd(), ".curator-dask-scheduler-{job_id}.json")
+    scheduler_net, worker_net = runner_network_options()
     runner = stack.enter_context(SLURMRunner(
-        scheduler_file=scheduler_file, scheduler_options={"dashboard_address": None}))
+        scheduler_file=scheduler_file, worker_options=worker_net,
+        scheduler_options={"dashboard_address": None, **scheduler_net}))
     os.environ[DRIVER_ENV] = "1"
     client = _closing(stack, Client(runner))
     client.wait_for_workers(runner.n_workers, timeout=300)
     return Provisioned(client, runner, stack, dashboard_on=False)
+
+
+def runner_network_options(environ: dict[str, str] | None = None,
+                           interface: str | None = None) -> tuple[dict, dict]:
+    """``(scheduler_options, worker_options)`` that put a ``slurm-runner`` step's scheduler on
+    an address the other hosts of the step reach.
+
+    With dask-jobqueue's ``jobqueue.slurm.interface`` set (``interface="ib0"``, as for
+    ``--cluster slurm``; e.g. ``DASK_JOBQUEUE__SLURM__INTERFACE=ib0``) the scheduler and the
+    workers listen on that interface. Without it the scheduler listens on the address of the
+    node that launched the step (``SLURM_LAUNCH_NODE_IPADDR``, the batch host, where rank 0
+    runs) when that address is this host's: Dask's own choice is the route to 8.8.8.8, and on
+    compute nodes without one the address the host name resolves to, which is ``127.0.1.1``
+    where ``/etc/hosts`` is written as Debian does, and no other host reaches it. Workers find
+    their address by the route to the scheduler.
+
+    Example:
+        >>> runner_network_options({}, interface="ib0")
+        ({'interface': 'ib0'}, {'interface': 'ib0'})
+        >>> runner_network_options({"SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1"})
+        ({'host': '127.0.0.1'}, {})
+        >>> runner_network_options({"SLURM_LAUNCH_NODE_IPADDR": "203.0.113.77"})  # not ours
+        ({}, {})
+    """
+    env = os.environ if environ is None else environ
+    if interface is None and environ is None:
+        import dask.config
+
+        interface = dask.config.get("jobqueue.slurm.interface", None)
+    if interface:
+        return {"interface": interface}, {"interface": interface}
+    launch = env.get("SLURM_LAUNCH_NODE_IPADDR", "").strip()
+    return ({"host": launch}, {}) if launch and _is_own_address(launch) else ({}, {})
+
+
+def _is_own_address(address: str) -> bool:
+    """Whether this host can listen on ``address`` (one of its own addresses)."""
+    import socket
+
+    try:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((address, 0))
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def hash_seed_for_worker_rank() -> None:
