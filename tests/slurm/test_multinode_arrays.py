@@ -145,7 +145,11 @@ def test_two_node_runner_task_drains_on_usr1_and_resumes_exactly(tmp_path, monke
     to 8.8.8.8, else the host name's address) is one the workers' host cannot reach: the first
     task's scheduler takes the launch node's address, the second's the configured interface."""
     pytest.importorskip("dask_jobqueue")
-    files = 8
+    # 4 worker threads take 4 partitions a round (0.8 s each): with 32 partitions the USR1
+    # (which takes a second or two to reach the driver through scancel and srun) still finds
+    # partitions that never started; with 8 it once found only running ones (CI), which a
+    # drain lets finish: a complete run, not a stopped one
+    files = 32
     _setup(tmp_path, files, seed=24)
     checkpoint = tmp_path / "ckpt"
     with private_cluster(tmp_path, nodes=2, cpus=2,
