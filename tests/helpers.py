@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -252,3 +253,18 @@ def moto_s3(bucket: str, key: str = "testing", secret: str = "testing"
         yield fs, options
     finally:
         server.stop()
+
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group of ``proc`` (started with ``start_new_session=True``),
+    SIGKILL it after 10 s."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -4,10 +4,8 @@ scheduler or SLURMCluster workers are."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from curator_dask.sample_data import generate_jsonl
-from tests.helpers import cli, poll_for
+from tests.helpers import cli, poll_for, stop_process_group
 
 pytestmark = pytest.mark.slow
 
@@ -46,20 +44,6 @@ PIPELINE = "import os\n" + SHOUT_STAGES + textwrap.dedent("""
 HELPERS = "def shout(text):\n    return text.upper()\n"
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group, SIGKILL it after 10 s."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 @pytest.fixture
 def external_cluster(tmp_path_factory, request) -> str:
     """A scheduler and one worker (1 thread) in their own folder, with a ``PYTHONPATH`` that
@@ -77,7 +61,7 @@ def external_cluster(tmp_path_factory, request) -> str:
 
     def stop_all() -> None:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_process_group(proc)
 
     request.addfinalizer(stop_all)
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -579,15 +579,6 @@ class TestActorBehaviours:
 # --------------------------------------------------------------------------------------------
 # Staged checkpoint (memory://): flush publishes
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def mem_ckpt() -> Iterator[str]:
-    bucket = f"curator-dask-test-{uuid.uuid4().hex}"
-    yield f"memory://{bucket}/ckpt"
-    fs = fsspec.filesystem("memory")
-    if fs.exists(f"/{bucket}"):
-        fs.rm(f"/{bucket}", recursive=True)
 
 
 def test_flush_publishes_a_staged_checkpoint(mem_ckpt: str, tmp_path: Path) -> None:

@@ -9,11 +9,9 @@ forbids opening a file twice in one process). Real LMDB files, read as NeMo Cura
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +22,7 @@ import pytest
 
 from curator_dask.resumability.store import METADATA_DIRNAME, read_completed
 from curator_dask.sample_data import generate_jsonl
-from tests.helpers import poll_for
+from tests.helpers import poll_for, stop_process_group
 
 pytestmark = pytest.mark.slow
 
@@ -57,20 +55,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group, SIGKILL it after 10 s."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> str:
     """A running ``dask scheduler`` and one worker (6 threads: every batch of two runs can
@@ -84,7 +68,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
             procs.append(subprocess.Popen([DASK, *args], cwd=home, env=_env(), stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True))
 
-    request.addfinalizer(lambda: [_stop(p) for p in reversed(procs)])
+    request.addfinalizer(lambda: [stop_process_group(p) for p in reversed(procs)])
 
     def logs() -> str:
         return "\n".join(p.read_text()[-2000:] for p in sorted(home.glob("*.log")))
@@ -132,7 +116,7 @@ def finish(proc: subprocess.Popen) -> dict:
     try:
         stdout, stderr = proc.communicate(timeout=240)
     finally:
-        _stop(proc)
+        stop_process_group(proc)
     assert proc.returncode == 0, stderr[-4000:]
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -170,6 +154,19 @@ def assert_resume_skips_all(address: str, tmp_path: Path, runs: list[Path], ckpt
     assert writer_files(ckpt) == before  # a run that completes nothing leaves no file
 
 
+def assert_two_writer_files(summaries: list[dict], ckpt: Path) -> None:
+    """Both runs wrote all their sources, each into a writer file of its own, and the
+    checkpoint holds exactly those two files and every source of both."""
+    assert [s["written"] for s in summaries] == [FILES, FILES]
+    files = writer_files(ckpt)
+    own = [os.path.basename(s["writer_file"]) for s in summaries]
+    assert own[0] != own[1], f"both runs wrote {own[0]}"
+    assert sorted(files) == sorted(own)
+    assert_token_names(files)
+    assert [len(files[name]) for name in own] == [FILES, FILES]
+    assert len(set.union(*files.values())) == 2 * FILES
+
+
 def test_two_concurrent_runs_on_one_scheduler_write_two_files(scheduler: str,
                                                               tmp_path: Path) -> None:
     ckpt, gate = tmp_path / "ckpt", tmp_path / "gate"
@@ -188,14 +185,7 @@ def test_two_concurrent_runs_on_one_scheduler_write_two_files(scheduler: str,
     finally:
         gate.touch()
     summaries = [finish(p) for p in procs]
-    assert [s["written"] for s in summaries] == [FILES, FILES]
-    files = writer_files(ckpt)
-    own = [os.path.basename(s["writer_file"]) for s in summaries]
-    assert own[0] != own[1], f"both runs wrote {own[0]}"
-    assert sorted(files) == sorted(own)
-    assert_token_names(files)
-    assert all(len(files[name]) == FILES for name in own)  # neither run lost completions
-    assert len(set.union(*files.values())) == 2 * FILES
+    assert_two_writer_files(summaries, ckpt)  # neither run lost completions
     assert_resume_skips_all(scheduler, tmp_path, runs, ckpt, gate)
 
 
@@ -206,12 +196,5 @@ def test_two_runs_one_after_the_other_on_one_scheduler_write_two_files(
     runs = [inputs(tmp_path, "in-a", 3), inputs(tmp_path, "in-b", 4)]
     summaries = [run_here(scheduler, data, tmp_path / f"out-{i}", ckpt, gate)
                  for i, data in enumerate(runs)]
-    assert [s["written"] for s in summaries] == [FILES, FILES]
-    files = writer_files(ckpt)
-    own = [os.path.basename(s["writer_file"]) for s in summaries]
-    assert own[0] != own[1], f"both runs wrote {own[0]}"
-    assert sorted(files) == sorted(own)
-    assert_token_names(files)
-    assert [len(files[name]) for name in own] == [FILES, FILES]
-    assert len(set.union(*files.values())) == 2 * FILES
+    assert_two_writer_files(summaries, ckpt)
     assert_resume_skips_all(scheduler, tmp_path, runs, ckpt, gate)

@@ -12,7 +12,6 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
@@ -460,15 +459,6 @@ class TestStagedLocal:
 # --------------------------------------------------------------------------------------------
 # Staged mode on memory:// (an object store stand-in)
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def mem_ckpt() -> Iterator[str]:
-    bucket = f"curator-dask-test-{uuid.uuid4().hex}"
-    yield f"memory://{bucket}/ckpt"
-    fs = fsspec.filesystem("memory")
-    if fs.exists(f"/{bucket}"):
-        fs.rm(f"/{bucket}", recursive=True)
 
 
 def mem_read(path: str, tmp_path: Path) -> set[str]:

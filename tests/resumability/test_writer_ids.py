@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
@@ -39,15 +37,6 @@ def nemo_union(ckpt: Path) -> set[str]:
         finally:
             env.close()
     return done
-
-
-@pytest.fixture
-def mem_ckpt() -> Iterator[str]:
-    bucket = f"curator-dask-test-{uuid.uuid4().hex}"
-    yield f"memory://{bucket}/ckpt"
-    fs = fsspec.filesystem("memory")
-    if fs.exists(f"/{bucket}"):
-        fs.rm(f"/{bucket}", recursive=True)
 
 
 def test_two_open_stores_of_one_process_write_two_files(tmp_path: Path) -> None:
