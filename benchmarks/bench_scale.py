@@ -5,15 +5,19 @@ Dask scheduler and the completion plugin live in it too), so its peak RSS is the
 Run from the repository root:
 
     python benchmarks/bench_scale.py memory              # 20,000 and 200,000 sources
-    python benchmarks/bench_scale.py memory --sizes 20000 200000 1000000
+    python benchmarks/bench_scale.py memory --sizes 20000 200000 1000000 --source lazy
     python benchmarks/bench_scale.py resume              # 10,000,000 ids in 1,000 files
 
-- memory: a source stage emitting N tiny tasks, then two no-op stages, checkpoint on, 2
-  workers, ``keep_outputs=False`` (the CLI's setting; with the default the driver also holds
-  every output task until the end, docs/pipeline-model.md). Printed per size: wall time of
-  the run, sources per second (first submission to end), driver peak RSS; then the RSS ratio
-  of the largest to the smallest size. Targets: RSS(200,000) <= 1.5 x RSS(20,000),
-  RSS(1,000,000) < 1 GB, >= 10,000 sources/s at 200,000.
+- memory: a source stage emitting N tiny tasks (``--source list``: one list, NeMo Curator's
+  contract; ``lazy``: a generator the engine pulls from), then two no-op stages, checkpoint
+  on, 2 workers; each size runs with ``keep_outputs=False`` (the CLI's setting) and then with
+  the default ``True`` (NeMo's contract: the driver holds every output task until the end),
+  ``--outputs`` to run one of them. Printed per run: wall time, sources per second (first
+  submission to end), driver peak RSS and, with outputs kept, the bytes each returned task
+  holds (every object reachable from the first 1,000, each counted once); then the RSS ratio
+  of each size to the smallest, and the rate with outputs kept over the rate without.
+  Targets (issue 25): RSS(200,000) <= 1.5 x RSS(20,000) and RSS(1,000,000) < 300 MB with a
+  lazy source and outputs not kept; the rate with outputs kept >= 0.9 x the rate without.
 - resume: a checkpoint of N completed ids in F writer files (NeMo Curator's format, made
   once and kept under benchmarks/_data/), then a run over 1,000 sources of which half are
   complete. Printed: seconds from "cluster connected" to the first submission, and the
@@ -63,6 +67,27 @@ def run(source, checkpoint, **executor):
     with DaskExecutor(n_workers=2, threads_per_worker=1, progress=False, **executor) as ex:
         return pipeline.run(executor=ex, checkpoint_path=checkpoint)
 
+def deep_size(objects):
+    """Bytes the objects hold, each object counted once (``sys.getsizeof`` of every object
+    reachable through containers, ``__dict__`` and ``__slots__``; classes and modules not)."""
+    seen, todo, total = set(), list(objects), 0
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (type, type(sys))):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            todo.extend(obj.keys()); todo.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo.extend(obj)
+        if hasattr(obj, "__dict__") and not isinstance(obj, dict):
+            todo.append(vars(obj))
+        for name in getattr(type(obj), "__slots__", ()):
+            if hasattr(obj, name):
+                todo.append(getattr(obj, name))
+    return total
+
 def peak_rss():
     """This process's peak RSS in bytes (``ru_maxrss`` would keep the parent's)."""
     with open("/proc/self/status") as f:
@@ -70,30 +95,38 @@ def peak_rss():
 '''
 
 MEMORY_RUN = COMMON + r'''
-n = int(sys.argv[1])
+n, keep, lazy = int(sys.argv[1]), sys.argv[2] == "keep", sys.argv[3] == "lazy"
 
 @dataclass
 class Source(ProcessingStage):
     name: str = "source"
     n: int = 0
     def process(self, task):
-        return [Tiny(dataset_name="scale", data=i) for i in range(self.n)]
+        tasks = (Tiny(dataset_name="scale", data=i) for i in range(self.n))
+        return tasks if lazy else list(tasks)  # lazy: the engine pulls as its window frees
 
 with tempfile.TemporaryDirectory() as ckpt:
     started = time.perf_counter()
-    result = run(Source(n=n), ckpt, keep_outputs=False)
+    result = run(Source(n=n), ckpt, keep_outputs=keep)
     wall = time.perf_counter() - started
 t = result.timings
 stream = t["end"] - t.get("first_submit", t["end"])
-print(json.dumps({"n": n, "wall": wall, "stream": stream, "rss": peak_rss(),
+rss = peak_rss()
+returned = len(result)
+print(json.dumps({"n": n, "wall": wall, "stream": stream, "rss": rss, "returned": returned,
+                  "task_bytes": deep_size(result[:1000]) / min(returned, 1000) if keep else 0,
                   "completed": result.checkpoint["completed"], "outputs": result.num_outputs}))
 '''
 
 
-def child(code: str, *args: str) -> dict:
-    """Run ``code`` in a fresh interpreter; its last stdout line is a JSON document."""
+def child(code: str, *args: str, code_root: str | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter; its last stdout line is a JSON document.
+    ``code_root``: import curator_dask from that checkout (a worktree of another commit)."""
+    env = dict(os.environ)
+    if code_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [code_root, env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          cwd=tempfile.gettempdir(), check=False)
+                          cwd=tempfile.gettempdir(), check=False, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -111,29 +144,63 @@ def record(section: str, header: list[str], row: list[str]) -> None:
 
 
 def memory(args: argparse.Namespace) -> None:
-    rows = []
+    modes = {"both": ["drop", "keep"], "keep": ["keep"], "drop": ["drop"]}[args.outputs]
+    sides = [("before", args.baseline), ("after", None)] if args.baseline else [("", None)]
+    rows = []  # (side, mode, n, wall, rate, rss, task bytes)
     for n in args.sizes:
-        r = child(MEMORY_RUN, str(n))
-        if r["completed"] != n:
-            raise SystemExit(f"{n} sources: the checkpoint recorded {r['completed']}")
-        rate = n / r["stream"] if r["stream"] > 0 else float("nan")
-        rows.append((n, r["wall"], rate, r["rss"]))
-        print(f"{n:>9,} sources: {r['wall']:7.2f} s wall, {rate:9,.0f} sources/s, "
-              f"driver peak RSS {r['rss'] / 2**20:7.1f} MiB", flush=True)
-    small = rows[0]
-    for n, _, _, rss in rows[1:]:
-        target = " (target <= 1.5x at 200,000)" if n == 200_000 else ""
-        print(f"RSS {n:,} / {small[0]:,} sources: {rss / 2**20:.1f} / {small[3] / 2**20:.1f} "
-              f"MiB = {rss / small[3]:.2f}x{target}")
+        for mode in modes:  # the modes of one size, and the two sides of each, in turn
+            for side, root in sides:
+                r = child(MEMORY_RUN, str(n), mode, args.source, code_root=root)
+                if r["completed"] != n or r["returned"] != (n if mode == "keep" else 0):
+                    raise SystemExit(f"{n} sources ({mode}): the checkpoint recorded "
+                                     f"{r['completed']}, the run returned {r['returned']} tasks")
+                rate = n / r["stream"] if r["stream"] > 0 else float("nan")
+                rows.append((side, mode, n, r["wall"], rate, r["rss"], r["task_bytes"]))
+                per = f", {r['task_bytes']:,.0f} bytes per returned task" if mode == "keep" else ""
+                print(f"{side:>6} {n:>9,} sources, keep_outputs={mode == 'keep'!s:5}: "
+                      f"{r['wall']:7.2f} s wall, {rate:9,.0f} sources/s, driver peak RSS "
+                      f"{r['rss'] / 2**20:7.1f} MiB{per}", flush=True)
+    smallest = {(side, mode): next(r for r in rows if r[:2] == (side, mode))
+                for side, _ in sides for mode in modes}
+    for side, mode, n, _, _, rss, _ in rows:
+        small = smallest[side, mode]
+        if n != small[2]:
+            print(f"{side:>6} keep_outputs={mode == 'keep'}: RSS {n:,} / {small[2]:,} sources: "
+                  f"{rss / 2**20:.1f} / {small[5] / 2**20:.1f} MiB = {rss / small[5]:.2f}x")
+    for side, _ in sides:
+        for n in args.sizes:
+            rate = {r[1]: r[4] for r in rows if r[0] == side and r[2] == n}
+            if len(rate) == 2:
+                print(f"{side:>6} {n:,} sources: rate with outputs kept / without = "
+                      f"{rate['keep'] / rate['drop']:.2f} (target >= 0.9)")
+    if args.baseline:
+        for mode in modes:
+            for n in args.sizes:
+                before, after = (next(r for r in rows if r[:3] == (side, mode, n))
+                                 for side in ("before", "after"))
+                extra = (f", bytes per returned task {after[6] / before[6]:.2f}x"
+                         if mode == "keep" else "")
+                print(f"after / before, {n:,} sources, keep_outputs={mode == 'keep'}: rate "
+                      f"{after[4] / before[4]:.2f}x (target >= 1.5), driver peak RSS "
+                      f"{after[5] / before[5]:.2f}x{extra}")
     if args.no_record:
         return
     today = datetime.date.today().isoformat()
-    for n, wall, rate, rss in rows:
-        record("scale-memory", ["date", "command", "machine", "sources", "wall s",
-                                "sources/s", "driver peak RSS MiB", f"RSS ratio to {small[0]:,}"],
-               [today, "`python benchmarks/bench_scale.py memory --sizes "
-                + " ".join(str(s) for s in args.sizes) + "`", machine(), f"{n:,}",
-                f"{wall:.2f}", f"{rate:,.0f}", f"{rss / 2**20:.1f}", f"{rss / small[3]:.2f}"])
+    command = ("`python benchmarks/bench_scale.py memory --sizes "
+               + " ".join(str(s) for s in args.sizes)
+               + ("" if args.outputs == "both" else f" --outputs {args.outputs}")
+               + ("" if args.source == "list" else f" --source {args.source}")
+               + (" --baseline <worktree>" if args.baseline else "") + "`")
+    for side, mode, n, wall, rate, rss, task_bytes in rows:
+        small = smallest[side, mode]
+        label = {"before": f" (before: {args.baseline_label})", "after": " (after)"}.get(side, "")
+        record("scale-memory by output mode",
+               ["date", "command", "machine", "source stage", "keep_outputs", "sources",
+                "wall s", "sources/s", "driver peak RSS MiB", "RSS ratio to the smallest size",
+                "bytes per returned task"],
+               [today, command + label, machine(), args.source, str(mode == "keep"), f"{n:,}",
+                f"{wall:.2f}", f"{rate:,.0f}", f"{rss / 2**20:.1f}", f"{rss / small[5]:.2f}",
+                f"{task_bytes:,.0f}" if mode == "keep" else "n/a"])
 
 
 RESUME_RUN = COMMON + r'''
@@ -248,6 +315,15 @@ def main() -> None:
     sub = parser.add_subparsers(dest="case", required=True)
     mem = sub.add_parser("memory", help="driver peak RSS and rate by number of sources")
     mem.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
+    mem.add_argument("--outputs", choices=["both", "keep", "drop"], default="both",
+                     help="keep_outputs=True (keep), False (drop), or both, one after the other")
+    mem.add_argument("--baseline", metavar="DIR",
+                     help="a checkout of another commit (git worktree): each run also there, "
+                          "just before, and the ratios printed")
+    mem.add_argument("--baseline-label", default="the baseline checkout",
+                     help="what the baseline is, for the rows (e.g. 'commit f1549a2')")
+    mem.add_argument("--source", choices=["list", "lazy"], default="list",
+                     help="the source stage returns a list (NeMo's contract) or a generator")
     mem.add_argument("--no-record", action="store_true")
     mem.set_defaults(func=memory)
     res = sub.add_parser("resume", help="start of a run over a checkpoint of many ids")

@@ -190,7 +190,7 @@ def run_interrupted(message: str) -> KeyboardInterrupt:
 
 
 def stop_summary(*, done: int, todo: int, skipped: int, collected: int, cut: int,
-                 checkpoint: str | None) -> str:
+                 checkpoint: str | None, more_to_come: bool = False) -> str:
     """What a stopped or interrupted run says after its reason: what completed, what else
     may have been written, and how to go on.
 
@@ -199,12 +199,15 @@ def stop_summary(*, done: int, todo: int, skipped: int, collected: int, cut: int
     driver collected (their outputs are written). ``cut`` counts the sources of chains
     cancelled while they may have been running: on the workers they can still write outputs
     that nothing recorded; those the checkpoint recorded anyway are not counted twice.
+    ``more_to_come``: ``todo`` counts what a lazy source stage had given when the run stopped.
 
     Example:
         >>> print(stop_summary(done=6, todo=8, skipped=0, collected=5, cut=3, checkpoint="ck"))
         6 of 8 source partitions recorded as complete; up to 2 more were cut short and may have written outputs, which the next run writes again; completions are recorded in ck; run it again with the same checkpoint to process the rest
     """  # noqa: E501 (the line as it prints)
     before = f" ({skipped} were already complete)" if skipped else ""
+    if more_to_come:  # a lazy source stage had not given its last source yet
+        before += ", of those its source stage had given so far (it had more)"
     if checkpoint is None:
         text = f"{done} of {todo} source partitions completed{before}"
         after = ("this run had no checkpoint, so running it again starts over (give it a "

@@ -6,6 +6,7 @@ See docs/design/contract.md §2 (whole files) and §2.6 (row ranges, ``partition
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,14 +119,21 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
         records = self._records() if self.partition is not None else []
         self._planned = settle(self, records, checkpoint_url, storage_options, strict=strict)
 
-    def process(self, _: EmptyTask) -> list[FileGroupTask]:
+    def process(self, task: EmptyTask) -> list[FileGroupTask]:
+        return list(self.process_iter(task))
+
+    def process_iter(self, _: EmptyTask) -> Iterator[FileGroupTask]:
+        """The partitions, planned now (files listed, sizes read, a missing input raised at
+        once), their tasks made one at a time as the run pulls them (the engine prefers this
+        to :meth:`process`: the driver then never holds every source task,
+        docs/pipeline-model.md "Lazy sources")."""
         planned, self._planned = self._planned, None  # once: the stage travels to the workers
         if planned is not None:
             return self._row_range_tasks(planned)
         records = self._records()
         if not records:
             logger.warning("No files found under %s", self.file_paths)
-            return []
+            return iter(())
         if self.partition is not None:
             from curator_dask.partitions.plan import plan_partitions
 
@@ -139,34 +147,36 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
         else:
             partitions = [[path] for path, _ in records]
         self._warn_oversized(partitions, dict(records))
-        dataset_name = self._get_dataset_name([path for path, _ in records])
-        tasks: list[FileGroupTask] = []
-        for i, group in enumerate(partitions):
-            if self.limit is not None and len(tasks) >= self.limit:
-                break
+        return self._file_group_tasks(partitions, self._get_dataset_name(
+            [path for path, _ in records]))
+
+    def _file_group_tasks(self, partitions: list[list[str]], dataset_name: str,
+                          ) -> Iterator[FileGroupTask]:
+        for i, group in enumerate(partitions[:self.limit]):
             metadata = {"partition_index": i, "total_partitions": len(partitions),
                         "source_files": group}
-            tasks.append(FileGroupTask(dataset_name=dataset_name, data=group,
-                                       _metadata=metadata, reader_config={}))
-        return tasks
+            yield FileGroupTask(dataset_name=dataset_name, data=group, _metadata=metadata,
+                                reader_config={})
 
-    def _row_range_tasks(self, plan: Any) -> list[FileGroupTask]:
+    def _row_range_tasks(self, plan: Any) -> Iterator[FileGroupTask]:
         """One ``RowRangeTask`` per partition (a compressed file's: a ``FileGroupTask``)."""
         if not plan.partitions:
             logger.warning("No rows in the files under %s", self.file_paths)
         dataset_name = self._get_dataset_name([f.path for f in plan.files])
-        total, tasks = len(plan.partitions), []
+        return self._row_range_iter(plan, dataset_name)
+
+    def _row_range_iter(self, plan: Any, dataset_name: str) -> Iterator[FileGroupTask]:
+        total = len(plan.partitions)
         for i, part in enumerate(plan.partitions[:self.limit]):
             if part.whole_file:
                 group = part.paths
                 metadata = {"partition_index": i, "total_partitions": total,
                             "source_files": group}
-                tasks.append(FileGroupTask(dataset_name=dataset_name, data=group,
-                                           _metadata=metadata, reader_config={}))
+                yield FileGroupTask(dataset_name=dataset_name, data=group, _metadata=metadata,
+                                    reader_config={})
             else:
-                tasks.append(RowRangeTask.of([p.to_dict() for p in part.pieces],
-                                             dataset_name=dataset_name, index=i, total=total))
-        return tasks
+                yield RowRangeTask.of([p.to_dict() for p in part.pieces],
+                                      dataset_name=dataset_name, index=i, total=total)
 
     def _warn_oversized(self, partitions: list[list[str]], sizes: dict[str, int]) -> None:
         if any(size < 0 for size in sizes.values()):

@@ -25,7 +25,7 @@ from curator_dask.backends.dask.streaming import (
     StreamSettings,
     StreamSink,
 )
-from curator_dask.backends.dask.worker import GroupResult
+from curator_dask.backends.dask.worker import GroupResult, PackedSources
 from curator_dask.errors import RunStopped, SchedulerLostError
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import FileGroupTask
@@ -229,7 +229,11 @@ def test_the_window_limits_chains_in_flight_and_each_finished_chain_submits_the_
     assert len(run.client.submitted) == 4  # two chains of two groups; no third chain
     # a chain's second group takes the first group's future as its input
     (head, head_args), (tail, tail_args) = run.client.submitted[:2]
-    assert tail_args[3] is head and isinstance(head_args[3], GroupResult)
+    assert tail_args[3] is head
+    # the first group's input: the chunk's source tasks, pickled once (PackedSources)
+    assert isinstance(head_args[3], PackedSources)
+    [[first]] = head_args[3].group_result().batches
+    assert first.task_id == source_of(head)
     assert head.key.startswith("g0-01234567-") and tail.key.startswith("g1-01234567-")
     in_flight = 2
     for n in range(5):

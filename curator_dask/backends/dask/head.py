@@ -17,7 +17,7 @@ from typing import Any
 
 from curator_dask import config as _config
 from curator_dask.backends.counts import StageCount
-from curator_dask.backends.dask.adapter import StageAdapter, run_stages
+from curator_dask.backends.dask.adapter import LazySourceTasks, StageAdapter, run_stages
 from curator_dask.backends.dask.plan import ExecutionPlan
 from curator_dask.errors import RunStopped
 from curator_dask.stages.model import model_of
@@ -37,8 +37,12 @@ def settle_source(stages: Sequence[Any], plan: ExecutionPlan, options: Any,
 
 
 def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
-             counts: dict[int, StageCount]) -> list[Any]:
-    """Run the stages up to the source on the driver; returns the source tasks."""
+             counts: dict[int, StageCount]) -> list[Any] | LazySourceTasks:
+    """Run the stages up to the source on the driver; returns the source tasks: a list, or,
+    when the head is the source stage alone and it gives an iterator (curator_dask's own
+    model: ``process_iter``, or ``process`` returning a generator), a
+    :class:`~curator_dask.backends.dask.adapter.LazySourceTasks` that the run pulls from as
+    its window frees (the stage is torn down when it is exhausted or closed)."""
     head = [stages[i] for i in plan.head]
     for stage in head:
         model = model_of(stage)
@@ -47,11 +51,20 @@ def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
     for stage in head:
         stage.setup(model_of(stage).worker_metadata(worker_id="driver"))
     started = time.perf_counter()
+    lazy = None
     try:
+        if len(head) == 1 and len(initial) == 1:
+            found = StageAdapter(head[0]).process_source(initial[0], counts[plan.head[0]])
+            if isinstance(found, LazySourceTasks):
+                lazy = found
+                lazy.on_close = head[0].teardown
+                return lazy
+            return found
         batches, head_counts = run_stages([StageAdapter(s) for s in head], [list(initial)])
     finally:
-        for stage in head:
-            stage.teardown()
+        if lazy is None:
+            for stage in head:
+                stage.teardown()
     for i, c in zip(plan.head, head_counts, strict=True):
         counts[i].merge(c)
     sources = [t for group in batches for t in group]

@@ -197,7 +197,7 @@ class StageBars:
     Stages fused into one Dask task advance together; a bar counts the sources that passed it.
     """
 
-    def __init__(self, stages: Sequence[Any], plan: Any, total: int,
+    def __init__(self, stages: Sequence[Any], plan: Any, total: int | None,
                  progress: bool | None, dashboard: str | None, on_advance: Any = None) -> None:
         from tqdm.auto import tqdm
 

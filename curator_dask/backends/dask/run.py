@@ -11,6 +11,7 @@ observer's ``run_finished`` (the shard's, then the caller's). See docs/design/ar
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -25,12 +26,15 @@ from curator_dask.backends.base import (
     prepare_outputs_and_root_ids,
 )
 from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask import source_feed
+from curator_dask.backends.dask.adapter import LazySourceTasks
 from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import LiveProgress, notice, showing
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.backends.dask.run_stream import register_stage_host, stream_sources
+from curator_dask.backends.dask.source_feed import SourceFeed
 from curator_dask.backends.dask.stop import RUNS, StopSignal
 from curator_dask.dedup.id_generator_run import NoRunIds, ids_for_run
 from curator_dask.errors import (
@@ -87,7 +91,9 @@ class DaskRun:
         # The source tasks, until the stream takes them over (it lets each go once submitted):
         # afterwards only their numbers are kept.
         self.sources: list[Any] = []
-        self.todo: list[Any] = []
+        self.todo: list[Any] | SourceFeed = []
+        self.feed: SourceFeed | None = None  # the sources of a lazy source stage
+        self.head_reported = False
         self.n_sources = self.n_todo = self.skipped = 0
         try:  # refused here, the executor starts nothing for the run
             self.prepare()
@@ -199,10 +205,13 @@ class DaskRun:
         (the checkpoint's count when there is one) and what may have been written besides
         (:func:`~curator_dask.errors.stop_summary`)."""
         collected = self.live.sources["completed"]
+        todo, skipped, more = self.n_todo, self.skipped, False
+        if self.feed is not None and not self.feed.exhausted:  # what it had given so far
+            todo, skipped, more = self.feed.total - self.feed.skipped, self.feed.skipped, True
         counted = stop_summary(
-            done=(self.summary or {}).get("completed_in_run", collected), todo=self.n_todo,
-            skipped=self.skipped, collected=collected, cut=self.live.cut,
-            checkpoint=self.options.checkpoint_path)
+            done=(self.summary or {}).get("completed_in_run", collected), todo=todo,
+            skipped=skipped, collected=collected, cut=self.live.cut,
+            checkpoint=self.options.checkpoint_path, more_to_come=more)
         if isinstance(stop, KeyboardInterrupt):  # uncaught in a script: this line only
             return run_interrupted(f"Interrupted (Ctrl+C): {counted}")
         return RunStopped(f"{stop}: stopped after {counted}")
@@ -234,8 +243,16 @@ class DaskRun:
         self.head_done()
 
     def head_done(self) -> None:
-        self.live.head_done({i: self.counts[i] for i in self.plan.head})
+        if not isinstance(self.sources, LazySourceTasks):  # else once it has given its last
+            self.report_head()
         self.mark("head")
+
+    def report_head(self) -> None:
+        """The head's counts into the live progress, once (a lazy source's when it is
+        exhausted or the run ends: its count grows as it is pulled)."""
+        if not self.head_reported:
+            self.head_reported = True
+            self.live.head_done({i: self.counts[i] for i in self.plan.head})
 
     def connect(self) -> None:
         self.client = self.executor.start()
@@ -261,8 +278,14 @@ class DaskRun:
         self.live.keep_finished_ids = self.input_check is not None  # recorded at the end
 
     def select_sources(self) -> None:
-        """The array shard's sources, less those completed (unless their inputs changed)."""
+        """The array shard's sources, less those completed (unless their inputs changed); from
+        a lazy source stage, a :class:`~.source_feed.SourceFeed` where the run allows one."""
         sources = self.sources
+        if isinstance(sources, LazySourceTasks):
+            first = self.lazy_feed(sources)
+            if first is None:
+                return
+            sources = self.sources = first  # the whole list (why: in the log)
         source_stage = self.stages[self.plan.head[-1]]
         if self.completion is not None:  # every source, before the shard filter
             self.completion.check_partitioning(source_stage, sources)
@@ -278,14 +301,65 @@ class DaskRun:
                 sources, reopen=changed, now=not (self.plan.groups and sources))
             self.mark("sources_opened")
             again = f" ({len(changed)} of them again: their inputs changed)" if changed else ""
-            notice(f"{len(sources)} source partitions: {self.skipped} already complete "
-                   f"(skipped), {len(self.todo)} to process{again}",
-                   showing(self.executor.progress), logger)
+            self.planned_notice(len(sources), self.skipped, len(self.todo), again)
         self.n_sources, self.n_todo = len(sources), len(self.todo)
         self.live.planned(len(sources), self.skipped, len(self.todo))
         self.events.emit("sources_planned", total=len(sources), skipped=self.skipped,
                          to_process=len(self.todo),
                          **({"reprocessed_changed_inputs": len(changed)} if changed else {}))
+
+    def lazy_feed(self, lazy: LazySourceTasks) -> list[Any] | None:
+        """Stream a lazy source stage's tasks through a feed (``None``: done, ``self.todo`` is
+        the feed), or, where the run needs every source before the first is sent, pull them
+        all and return the list (docs/pipeline-model.md, "Lazy sources")."""
+        why = None
+        if self.shard is not None:
+            why = "an array shard selects among all sources"
+        elif self.input_check is not None:
+            why = "verify_inputs fingerprints every source first"
+        elif self.options.stage_checkpoints.enabled and self.plan.boundaries:
+            why = "stage checkpoints plan over every source"
+        elif not self.plan.groups:
+            why = "the source stage's tasks are the run's outputs"
+        first: list[Any] = []
+        if why is None and self.completion is not None:
+            from curator_dask.resumability.partitioning import file_groups
+
+            first = list(itertools.islice(lazy, source_feed.CHECK_BLOCK))
+            if file_groups(first):
+                why = "the checkpoint's partition record compares every file group first"
+        if why is not None:
+            logger.info("the source stage gives its tasks lazily; taking them all at once: %s",
+                        why)
+            try:
+                return first + list(lazy)
+            finally:
+                lazy.close()
+                self.report_head()
+        completion = self.completion
+        self.feed = self.todo = SourceFeed(
+            lazy, first=first, on_exhausted=self.feed_exhausted,
+            completed=completion.completed_source_ids if completion is not None else None)
+        self.sources = []
+        logger.info("the source stage gives its tasks lazily: they are pulled as the run goes, "
+                    "and counted when the last has come")
+        return None
+
+    def planned_notice(self, total: int, skipped: int, todo: int, again: str = "") -> None:
+        notice(f"{total} source partitions: {skipped} already complete (skipped), {todo} to "
+               f"process{again}", showing(self.executor.progress), logger)
+
+    def feed_exhausted(self, total: int, skipped: int) -> None:
+        """The lazy source stage has given its last task: the totals, as ``select_sources``
+        records them for a list."""
+        self.n_sources, self.skipped, self.n_todo = total, skipped, total - skipped
+        self.report_head()
+        self.live.planned(total, skipped, total - skipped)
+        if self.completion is not None:
+            self.mark("sources_opened")
+            self.planned_notice(total, skipped, total - skipped)
+        self.events.emit("sources_planned", total=total, skipped=skipped,
+                         to_process=total - skipped)
 
     def prepare_stage_checkpoints(self) -> None:
         ckpt = self.options.stage_checkpoints
@@ -320,6 +394,9 @@ class DaskRun:
                                         set(self.summary.get("failed_sources") or ()))
             except Exception as exc:  # noqa: BLE001 (their next run reprocesses them)
                 logger.error("verify_inputs: could not record input fingerprints: %s", exc)
+        if self.feed is not None:
+            self.feed.close()  # the lazy source stage's teardown
+            self.report_head()  # what it gave before the run ended
         RUNS.remove(self.stop)
         self.executor.run_ended()
 

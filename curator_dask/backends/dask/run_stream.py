@@ -33,7 +33,8 @@ def stream_sources(run: DaskRun) -> list[Any]:
     keep = executor.keep_outputs
     host = StageHost(run.run_id, list(run.stages), counting=run.completion is not None,
                      checkpoints=run.planner.runtime if run.planner is not None else None,
-                     drop_outputs_of=-1 if keep else run.plan.groups[-1].index)
+                     drop_outputs_of=-1 if keep else run.plan.groups[-1].index,
+                     pack_outputs_of=run.plan.groups[-1].index if keep else -1)
     if any(is_nemo(s) for s in run.stages):
         from curator_dask.nemo.logs import forward_to_driver
 
@@ -51,7 +52,8 @@ def stream_sources(run: DaskRun) -> list[Any]:
             max_sources_per_task=executor.max_sources_per_task, keep_outputs=keep,
             drain_timeout=executor.drain_timeout, adaptive=executor.adapt is not None,
             embedded=hasattr(cluster, "curator_dask_start_method")))
-    bars = StageBars(run.stages, run.plan, run.n_todo, executor.progress,
+    bars = StageBars(run.stages, run.plan, run.n_todo if run.feed is None else None,
+                     executor.progress,
                      run.live.dashboard, on_advance=run.live.stage_advanced)
     try:
         with performance_report(run.client, run.options.performance_report,

@@ -18,19 +18,20 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from curator_dask import config as _config
 from curator_dask.backends.dask.adapter import failed_among, source_files
+from curator_dask.backends.dask.driver_gc import Freezer, frozen_heap
 from curator_dask.backends.dask.keys import task_key
 from curator_dask.backends.dask.start_gate import NotStarted, close_gate, finished_result, run_gated
 from curator_dask.backends.dask.stop import StopSignal
 from curator_dask.backends.dask.watches import SchedulerWatch, WorkerWatch, completed
 from curator_dask.backends.dask.window import ChunkSizer, PartitionCap
-from curator_dask.backends.dask.worker import GroupResult
+from curator_dask.backends.dask.worker import GroupResult, PackedSources
 from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
 from curator_dask.errors import RunStopped, SchedulerLostError
 
@@ -126,7 +127,8 @@ class SourceStream:
     Args:
         client: the run's ``distributed.Client``.
         plan: the run's ``ExecutionPlan`` (its fusion groups).
-        sources: the source tasks to process, taken over (each is let go once submitted).
+        sources: the source tasks to process, taken over (each is let go once submitted): a
+            list, or an iterator pulled from as the window frees (``source_feed.SourceFeed``).
         host: the name of the run's ``StageHost`` worker plugin, already registered.
         run_id: the run's id (its token is in every Dask key).
         stop: the run's :class:`~curator_dask.backends.dask.stop.StopSignal`.
@@ -140,8 +142,8 @@ class SourceStream:
         >>> #              sink=StreamSink(), settings=StreamSettings(window=4)).run()
     """
 
-    def __init__(self, client: Any, plan: Any, sources: list[Any], *, host: str, run_id: str,
-                 stop: StopSignal, sink: StreamSink | None = None,
+    def __init__(self, client: Any, plan: Any, sources: list[Any] | Iterator[Any], *,
+                 host: str, run_id: str, stop: StopSignal, sink: StreamSink | None = None,
                  settings: StreamSettings | None = None,
                  failure: Callable[[], BaseException | None] | None = None,
                  done: Any = None) -> None:
@@ -154,11 +156,17 @@ class SourceStream:
                                                                      run_id)
         self.sink, self.settings, self.failure, self.done = (sink or StreamSink(), settings,
                                                              failure, done)
-        self.total = len(sources)
-        # taken over: each source task is let go once submitted (flat memory at 10^6 sources)
-        self.pending: collections.deque = collections.deque(sources)
-        sources.clear()
-        self.remaining = self.total
+        # taken over: each source task is let go once submitted (flat memory at 10^6 sources);
+        # an iterator (a lazy source's SourceFeed) is pulled from as the window frees
+        self.pending: collections.deque = collections.deque()
+        self.feed: Iterator[Any] | None = None
+        if isinstance(sources, list):
+            self.pending.extend(sources)
+            sources.clear()
+        else:
+            self.feed = iter(sources)
+        self.total: int | None = None if self.feed is not None else len(self.pending)
+        self.submitted_sources = 0
         self.opened = 0  # sources at the front of ``pending`` opened in the checkpoint
         workers = client.nthreads()  # {address: threads}
         threads = sum(workers.values())
@@ -173,6 +181,7 @@ class SourceStream:
         self.finished = 0
         self.bars: Any = _NoBars()
         self._ended = False
+        self._freezer: Any = Freezer(False)
         self.scheduler = SchedulerWatch(client, float(
             _config.get("cluster.scheduler-lost-grace", settings.scheduler_lost_grace)))
         self.stall = StallWatch(  # the embedded cluster's nannies restart lost workers
@@ -187,10 +196,11 @@ class SourceStream:
         watch = WorkerWatch(self.client, self.workers, self.sink.event,
                             adaptive=self.settings.adaptive)
         try:
-            self.sink.first_submit()
-            self._fill()
-            for future, result in completed(self.done, self._lost):
-                self._collect(future, result)
+            with frozen_heap(self.settings.keep_outputs) as self._freezer:
+                self.sink.first_submit()
+                self._fill()
+                for future, result in completed(self.done, self._lost):
+                    self._collect(future, result)
         except SchedulerLostError:
             raise  # nothing can be cancelled or flushed there: the run records the reason
         except BaseException:
@@ -202,7 +212,7 @@ class SourceStream:
             self._ended = True
             self.stop.event.set()  # releases the drain thread
             watch.stop()
-        if self.finished < self.total:  # never a silent partial result
+        if self.total is None or self.finished < self.total:  # never a silent partial result
             reason = self.stop.reason if self.stop.requested else "the run ended early"
             raise RunStopped(reason)  # the run counts what completed, once flushed
         return StreamResult(self.outputs, self.finished)
@@ -233,14 +243,15 @@ class SourceStream:
         if self.stop.event.is_set():
             return False
         pending = self.pending
-        size = self.cap.fit(min(len(pending), self.sizer.next_size(self.remaining)))
+        self._pull(self.sizer.limit)
+        size = self.cap.fit(min(len(pending), self.sizer.next_size(self._remaining())))
         if not size:
             return False
         self._open_ahead(size)
         chunk = [pending.popleft() for _ in range(size)]
         self.opened -= size
-        self.remaining -= len(chunk)
-        previous: Any = GroupResult(batches=[[task] for task in chunk])
+        self.submitted_sources += len(chunk)
+        previous: Any = PackedSources.of(chunk)
         resume = self.sink.resume_candidates(chunk)
         chain = []
         name = task_key("chain", self.run_id, chunk)  # the same for each group's task
@@ -262,11 +273,28 @@ class SourceStream:
         self.done.add(previous)
         return True
 
+    def _pull(self, n: int) -> None:
+        """With a feed: pull sources until ``n`` are pending or the feed ends (then the total
+        is known)."""
+        if self.feed is None or len(self.pending) >= n:
+            return
+        self.pending.extend(itertools.islice(self.feed, n - len(self.pending)))
+        if len(self.pending) < n:  # the feed is exhausted
+            self.feed = None
+            self.total = self.submitted_sources + len(self.pending)
+
+    def _remaining(self) -> int:
+        """Sources not submitted yet (a feed still pulling: as many as could still come)."""
+        if self.feed is not None:
+            return len(self.pending) + (1 << 40)
+        return len(self.pending)
+
     def _open_ahead(self, size: int) -> None:
         """Open the next block of sources in the checkpoint (one call per ``OPEN_BLOCK``)
         when the chunk about to be submitted is not open yet."""
         if self.opened >= size:
             return
+        self._pull(self.opened + OPEN_BLOCK)
         block = list(itertools.islice(self.pending, self.opened,
                                       self.opened + max(size - self.opened, OPEN_BLOCK)))
         self.sink.open_block(block)
@@ -299,6 +327,7 @@ class SourceStream:
             return
         if self.settings.keep_outputs:
             self.outputs.extend(result.tasks())
+            self._freezer.collected()
         result.failed = failed_among(ids, result.failed)
         self.sizer.observe(len(ids), result.seconds)
         self.bars.advance(self.plan.groups[-1], len(ids))

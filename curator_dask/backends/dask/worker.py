@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import pickle
 import shutil
 import socket
 import tempfile
@@ -67,10 +68,65 @@ class GroupResult:
     failed: set[str] = field(default_factory=set)
     ended: dict[int, float] = field(default_factory=dict)  # stage -> wall clock at group end
     checkpoint: CheckpointRecord | None = None
+    # the last group's tasks as one pickle, when the driver keeps them (StageHost.pack_outputs_of)
+    packed: bytes | None = None
 
     def tasks(self) -> list[Task]:
+        if self.packed is not None:
+            return pickle.loads(self.packed)
         parked = [t for _, batches in self.parked for group in batches for t in group]
         return [t for group in self.batches for t in group] + parked
+
+
+def pack_tasks(tasks: list[Task]) -> bytes:
+    """``tasks`` as one pickle: by value (cloudpickle) at once when a task's class lives in
+    ``__main__`` (where Dask would have pickled twice, plain first), else as Dask pickles
+    (plain, or cloudpickle where something inside needs it)."""
+    if any(type(t).__module__ == "__main__" for t in tasks):
+        import cloudpickle
+
+        return cloudpickle.dumps(tasks, protocol=pickle.HIGHEST_PROTOCOL)
+    from distributed.protocol.pickle import dumps
+
+    return dumps(tasks)
+
+
+class PackedSources:
+    """A chain's source tasks on their way to its first group, pickled once, on the driver.
+
+    Handed to ``Client.submit`` as the tasks themselves, each source task was pickled on the
+    driver's main thread, unpickled by the scheduler (in the driver's event loop, with the
+    embedded cluster) and pickled there again for the worker: and twice each time when its
+    class lives in ``__main__`` (a script or notebook), since Dask tries the plain pickler
+    first. As bytes they cross the scheduler as bytes; the worker unpickles them once
+    (:meth:`group_result`). Measured with 200,000 tiny sources on 2 cores, the driver's event
+    loop was the bottleneck of the run (benchmarks/RESULTS.md, "scale-memory by output mode").
+
+    Example:
+        >>> from curator_dask.tasks import FileGroupTask
+        >>> packed = PackedSources.of([FileGroupTask(dataset_name="d", data=["a.jsonl"])])
+        >>> [[t.data for t in batch] for batch in packed.group_result().batches]
+        [[['a.jsonl']]]
+    """
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+    @classmethod
+    def of(cls, tasks: list[Task]) -> PackedSources:
+        return cls(pack_tasks(tasks))
+
+    def group_result(self) -> GroupResult:
+        """The tasks, one batch each, as the first group's input."""
+        return GroupResult(batches=[[task] for task in pickle.loads(self.payload)])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PackedSources, (self.payload,))
+
+    def __sizeof__(self) -> int:
+        return object.__sizeof__(self) + len(self.payload)
 
 
 def node_dir(run_id: str) -> str:
@@ -112,7 +168,7 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
 
     def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False,
                  checkpoints: CheckpointRuntime | None = None, drop_outputs_of: int = -1,
-                 head: tuple[int, ...] | None = None):
+                 pack_outputs_of: int = -1, head: tuple[int, ...] | None = None):
         import cloudpickle
 
         self.run_id = run_id
@@ -130,6 +186,9 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
         # the index of the last fusion group when the driver does not keep the sink's outputs:
         # its tasks are counted, then not sent back
         self.drop_outputs_of = drop_outputs_of
+        # the index of the last fusion group when the driver keeps them: sent back as one
+        # pickle (``GroupResult.packed``), which the driver unpickles outside Dask's event loop
+        self.pack_outputs_of = pack_outputs_of
         self.name = plugin_name(run_id) + ("" if head is None else "-head")
         # Where the plugin runs (set by ``setup``): the stages, this worker's id, and the
         # adapters of the stages it set up, made under the lock.
@@ -182,10 +241,12 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
         self,
         group_index: int,
         stage_indices: tuple[int, ...],
-        previous: GroupResult,
+        previous: GroupResult | PackedSources,
         resume: dict[str, list[Candidate]] | None = None,
     ) -> GroupResult:
         started = time.perf_counter()
+        if isinstance(previous, PackedSources):  # a chain's first group
+            previous = previous.group_result()
         adapters = [self.adapter(i) for i in stage_indices]
         deltas = DeltaLog() if self.counting else None
         ck = self.checkpoints
@@ -225,6 +286,9 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
         out.ended.update(dict.fromkeys(stage_indices, now))
         out.seconds += time.perf_counter() - started
         if group_index == self.drop_outputs_of:
+            out.batches, out.parked = [], []
+        elif group_index == self.pack_outputs_of:
+            out.packed = pack_tasks(out.tasks())
             out.batches, out.parked = [], []
         return out
 
@@ -280,7 +344,7 @@ def run_group(
     name: str,
     group_index: int,
     stage_indices: tuple[int, ...],
-    previous: GroupResult,
+    previous: GroupResult | PackedSources,
     resume: dict[str, list[Candidate]] | None = None,
 ) -> GroupResult:
     """The Dask task of one fusion group: find this run's ``StageHost`` and run the group."""
