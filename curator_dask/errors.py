@@ -189,6 +189,23 @@ def run_interrupted(message: str) -> KeyboardInterrupt:
     return error
 
 
+def with_resume_hint(error: BaseException, hint: str | None) -> BaseException:
+    """A stopped or interrupted run's ``error`` with how to resume (``hint``: a job's command),
+    as raised; any other error, or no hint, as it is.
+
+    Example:
+        >>> str(with_resume_hint(RunStopped("stopped"), "curator_dask jobs resume j1"))
+        'stopped; resume with: curator_dask jobs resume j1'
+    """
+    if hint is None:
+        return error
+    if isinstance(error, RunStopped):
+        return RunStopped(f"{error}; resume with: {hint}")
+    if is_run_interrupted(error):
+        return run_interrupted(f"{error}; resume with: {hint}")
+    return error
+
+
 def stop_summary(*, done: int, todo: int, skipped: int, collected: int, cut: int,
                  checkpoint: str | None, more_to_come: bool = False) -> str:
     """What a stopped or interrupted run says after its reason: what completed, what else

@@ -1,8 +1,8 @@
 """The driver's garbage-collector policy during a stream (``backends/dask/driver_gc.py``).
 
 Real ``gc`` state of this process; each test leaves it as it found it. That the policy pays is
-measured by ``benchmarks/bench_scale.py memory`` (full collections took about 11 s of a 48 s
-stream with 200,000 outputs kept), not here.
+measured by ``benchmarks/bench_scale.py memory`` (with the collector disabled as a diagnostic,
+full collections took about 11 s of a 48 s stream with 200,000 outputs kept), not here.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ import pytest
 
 from curator_dask import DaskExecutor, FilePartitioningStage, Pipeline, StageError
 from curator_dask.backends.counts import StageCount
-from curator_dask.backends.dask.adapter import LazySourceTasks, StageAdapter
+from curator_dask.backends.dask.adapter import StageAdapter
+from curator_dask.backends.dask.source_feed import LazySourceTasks, process_source
 from curator_dask.errors import RunStopped
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import EmptyTask, FileGroupTask, NoneTask, Task
@@ -157,7 +158,7 @@ def test_a_lazy_source_that_raises_fails_the_run_and_keeps_what_completed(execut
 def test_where_the_run_needs_every_source_it_takes_the_list(executor, tmp_path, caplog):
     marks = tmp_path / "marks"
     marks.mkdir()
-    with caplog.at_level(logging.INFO, logger="curator_dask.backends.dask.run"):
+    with caplog.at_level(logging.INFO, logger="curator_dask.backends.dask.source_feed"):
         # file groups in a checkpointed run: the partition record compares them all first
         got = Pipeline(name="files").add_stage(FilesThenMark(n=50, marks=str(marks))).add_stage(
             Mark(marks=str(marks))).run(executor=executor, checkpoint_path=str(tmp_path / "c"))
@@ -165,7 +166,7 @@ def test_where_the_run_needs_every_source_it_takes_the_list(executor, tmp_path, 
     assert "taking them all at once: the checkpoint's partition record" in caplog.text
     assert (tmp_path / "c").exists()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="curator_dask.backends.dask.run"):
+    with caplog.at_level(logging.INFO, logger="curator_dask.backends.dask.source_feed"):
         alone = Pipeline(name="alone").add_stage(Items(n=30)).run(executor=executor)
     assert sorted(t.data for t in alone) == [f"item{i:05d}" for i in range(30)]
     assert "taking them all at once: the source stage's tasks are the run's outputs" in (
@@ -185,7 +186,7 @@ class FilesThenMark(Items):
 def test_file_partitioning_yields_its_partitions_lazily(jsonl_input, tmp_path):
     stage = FilePartitioningStage(file_paths=os.path.dirname(jsonl_input[0]),
                                   files_per_partition=2)
-    made = StageAdapter(stage).process_source(EmptyTask(), StageCount())
+    made = process_source(StageAdapter(stage), EmptyTask(), StageCount())
     assert isinstance(made, LazySourceTasks) and made.produced == 0
     first = next(made)
     assert made.produced == 1 and isinstance(first, FileGroupTask)
@@ -208,7 +209,7 @@ def test_a_lazy_source_keeps_positions_of_filtered_outputs_and_refuses_failed_ta
             yield Item(dataset_name="d", data=None)  # no content id: its position
 
     count = StageCount()
-    made = list(StageAdapter(Mixed()).process_source(EmptyTask(), count))
+    made = list(process_source(StageAdapter(Mixed()), EmptyTask(), count))
     assert [t.task_id.split("_")[1] for t in made][1:] == ["3"]
     assert count.tasks_out == 2 and count.filtered == 2 and count.calls == 1
 
@@ -221,7 +222,7 @@ def test_a_lazy_source_keeps_positions_of_filtered_outputs_and_refuses_failed_ta
             yield FailedTask()
 
     with pytest.raises(ValueError, match="FailedTask"):
-        list(StageAdapter(Failing()).process_source(EmptyTask(), StageCount()))
+        list(process_source(StageAdapter(Failing()), EmptyTask(), StageCount()))
 
 
 def test_a_lazy_source_is_torn_down_when_the_run_ends(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from curator_dask import DaskExecutor, JsonlReader, Pipeline, ResourceUnavailableError
 from curator_dask.backends.dask.plan import build_plan
-from curator_dask.backends.dask.run import check_resources
+from curator_dask.backends.dask.resource_check import check_resources
 from curator_dask.cli.common import UsageError
 from curator_dask.cli.run_command import parse_adapt
 from curator_dask.slurm.cluster import SlurmClusterHandle, check_adapt

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from curator_dask import lineage
@@ -23,7 +23,8 @@ from curator_dask.stages.model import class_named, model_of
 from curator_dask.tasks import Task
 
 
-def _items(tasks: Sequence[Task]) -> int:
+def items_of(tasks: Sequence[Task]) -> int:
+    """The items (rows, files) of ``tasks``; a task without a usable size counts 0."""
     total = 0
     for t in tasks:
         try:
@@ -56,12 +57,12 @@ def rows_dropped(tasks: Sequence[Task], results: Sequence[Task]) -> int:
         return 0
     failed_in = 0
     if len(results) == len(tasks):  # positional: an input's own output is in its slot
-        failed_in = _items([t for t, r in zip(tasks, results, strict=True)
+        failed_in = items_of([t for t, r in zip(tasks, results, strict=True)
                             if lineage.is_failed_task(r)])
     kept = [r for r in results if not lineage.is_sentinel(r)]
     if not all(class_named(r, "DocumentBatch") for r in kept):
         return 0
-    return max(0, _items(tasks) - failed_in - _items(kept))
+    return max(0, items_of(tasks) - failed_in - items_of(kept))
 
 
 def source_files(tasks: Sequence[Task]) -> list[str]:
@@ -170,19 +171,21 @@ class StageAdapter:
         stage = self.stage
         start = time.perf_counter()
         try:
-            with self.timer.measure(_items(tasks)):
+            with self.timer.measure(items_of(tasks)):
                 results = list(stage.process_batch(tasks))
         except Exception as exc:
             raise StageError(
                 stage.name, [t.task_id for t in tasks], f"{type(exc).__name__}: {exc}",
                 traceback_text(exc), source_files=source_files(tasks),
             ) from exc
-        return self._finished(tasks, results, time.perf_counter() - start, count, deltas, failed)
+        return self.finish_call(tasks, results, time.perf_counter() - start, count, deltas,
+                                failed)
 
-    def _finished(self, tasks: list[Task], results: list[Any], elapsed: float,
+    def finish_call(self, tasks: list[Task], results: list[Any], elapsed: float,
                   count: StageCount | None, deltas: DeltaLog | None, failed: set[str] | None,
                   ) -> list[Task]:
-        """What follows a stage call: ids, sentinels, deltas, performance records, counts."""
+        """What follows a stage call (``process_batch``'s, or a source's that gave a list,
+        ``source_feed.process_source``): ids, sentinels, deltas, performance records, counts."""
         stage = self.stage
         if any(r is None for r in results):
             none_task = self.model.none_task
@@ -221,122 +224,12 @@ class StageAdapter:
         c.tasks_in += len(tasks)
         c.tasks_out += len(results)
         c.items_in += stats.num_items_processed
-        c.items_out += _items(results)
+        c.items_out += items_of(results)
         c.rows_dropped += dropped
         c.filtered += n_filtered
         c.failed += n_failed
         c.seconds += elapsed
         return results
-
-
-    def process_source(self, task: Task, count: StageCount) -> list[Task] | LazySourceTasks:
-        """The source stage over the one initial task (file discovery, on the driver): its
-        outputs as :meth:`process_batch` makes them, or, when the stage gives an iterator
-        (``process_iter``, or ``process`` returning a generator: curator_dask's own model),
-        a :class:`LazySourceTasks` that makes each output as the run pulls it."""
-        stage = self.stage
-        produce = getattr(stage, "process_iter", None)
-        if not callable(produce):
-            if self.model.name != "curator_dask" or stage.supports_batch_processing():
-                return self.process_batch([task], count)  # NeMo's stages: NeMo's own path
-            produce = stage.process
-        start = time.perf_counter()
-        try:
-            if not stage.validate_input(task):
-                msg = f"Task {task!s} failed validation for stage {stage}"
-                raise ValueError(msg)
-            with self.timer.measure(_items([task])):
-                out = produce(task)
-        except Exception as exc:
-            raise StageError(stage.name, [task.task_id], f"{type(exc).__name__}: {exc}",
-                             traceback_text(exc)) from exc
-        if isinstance(out, Iterator):
-            count.calls += 1
-            count.tasks_in += 1
-            count.items_in += _items([task])
-            count.seconds += time.perf_counter() - start
-            return LazySourceTasks(self, task, out, count, self.timer.stats())
-        # a list (or one task, or None), as the default process_batch would have collected it
-        return self._finished([task], out if isinstance(out, list) else [out],
-                              time.perf_counter() - start, count, None, None)
-
-
-class LazySourceTasks(Iterator[Task]):
-    """The outputs of a source stage that gives an iterator, made one at a time as the run
-    pulls them: each gets its lineage id (``"<parent>_<content id or position>"``, as
-    ``assign_task_ids`` gives a list's outputs, docs/design/contract.md §1.8) and the call's
-    performance record, and is counted; ``None`` and ``NoneTask`` outputs are skipped (and
-    counted as filtered, keeping their positions); a ``FailedTask`` is refused, as from a
-    list. The stage's ``_stage_perf`` record times the call that returned the iterator; the
-    pulls happen while the run goes and are in the stage's count's ``seconds``.
-
-    ``close()`` (also at exhaustion) closes the stage's iterator and calls ``on_close``.
-
-    Example:
-        >>> from curator_dask.stages.base import ProcessingStage
-        >>> from curator_dask.tasks import EmptyTask, FileGroupTask
-        >>> class Files(ProcessingStage):
-        ...     name = "files"
-        ...     def process(self, task):
-        ...         return (FileGroupTask(dataset_name="d", data=[f"{i}.jsonl"]) for i in range(3))
-        >>> lazy = StageAdapter(Files()).process_source(EmptyTask(), StageCount())
-        >>> [t.task_id for t in lazy], lazy.produced  # a file group's id: its files' hash
-        (['0_02e4a8e95a2d', '0_88496f09ad1b', '0_6344231e6c29'], 3)
-    """
-
-    def __init__(self, adapter: StageAdapter, parent: Task, iterator: Iterator[Any],
-                 count: StageCount, stats: Any) -> None:
-        self.adapter, self.parent, self.count, self.stats = adapter, parent, count, stats
-        self._iterator: Iterator[Any] | None = iterator
-        self._position = 0
-        self.produced = 0
-        self.on_close: Any = None
-
-    def __next__(self) -> Task:
-        stage = self.adapter.stage
-        while self._iterator is not None:
-            start = time.perf_counter()
-            try:
-                task = next(self._iterator)
-            except StopIteration:
-                self.close()
-                break
-            except Exception as exc:
-                self.close()
-                raise StageError(stage.name, [self.parent.task_id],
-                                 f"{type(exc).__name__}: {exc}", traceback_text(exc)) from exc
-            finally:
-                self.count.seconds += time.perf_counter() - start
-            position, self._position = self._position, self._position + 1
-            if task is None or lineage.is_none_task(task):
-                self.count.filtered += 1
-                continue
-            if lineage.is_sentinel(task):
-                self.close()
-                msg = f"Source stage {stage.name} emitted {type(task).__name__}, which is not "
-                msg += "supported."
-                raise ValueError(msg)
-            task._set_task_id(self.parent.task_id, task.get_deterministic_id() or position)
-            task.add_stage_perf(self.stats)
-            self.produced += 1
-            self.count.tasks_out += 1
-            self.count.items_out += _items([task])
-            return task
-        raise StopIteration
-
-    def close(self) -> None:
-        """Stop pulling: the stage's iterator is closed (a generator's ``finally`` runs), then
-        ``on_close`` (the head's teardown); a second call does nothing."""
-        iterator, self._iterator = self._iterator, None
-        if iterator is None:
-            return
-        try:
-            closing = getattr(iterator, "close", None)
-            if callable(closing):
-                closing()
-        finally:
-            if self.on_close is not None:
-                self.on_close()
 
 
 def failed_parents(tasks: Sequence[Task], results: Sequence[Task]) -> set[str]:

@@ -4,10 +4,11 @@ CPython's collector scans every tracked object of the process in each full (olde
 generation) collection, and runs one whenever the objects that survived into that generation
 since the last one reach a quarter of it. A run's driver only grows there: the source tasks it
 holds at the start, and with ``keep_outputs`` every output task it collects (NeMo Curator's
-contract). Measured on the 2-core machine (``benchmarks/bench_scale.py memory``, 200,000
-tiny sources), those full collections took about 11 s of a 48 s stream with outputs kept and
-about 2.6 s of 30 s without: the driver's event loop (which also runs the embedded scheduler)
-spent that time scanning objects that could not be garbage.
+contract). On the 2-core machine, in the run of ``benchmarks/bench_scale.py memory`` (200,000
+tiny sources) with the driver's collector disabled as a diagnostic, those full collections
+took about 11 s of a 48 s stream with outputs kept and about 2.6 s of 30 s without: the
+driver's event loop (which also runs the embedded scheduler) spent that time scanning
+objects that could not be garbage.
 
 :func:`frozen_heap` moves what is alive into the collector's permanent generation
 (``gc.freeze()``): when the stream starts, and with outputs kept after each chain's outputs

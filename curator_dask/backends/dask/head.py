@@ -17,8 +17,9 @@ from typing import Any
 
 from curator_dask import config as _config
 from curator_dask.backends.counts import StageCount
-from curator_dask.backends.dask.adapter import LazySourceTasks, StageAdapter, run_stages
+from curator_dask.backends.dask.adapter import StageAdapter, run_stages
 from curator_dask.backends.dask.plan import ExecutionPlan
+from curator_dask.backends.dask.source_feed import LazySourceTasks, process_source
 from curator_dask.errors import RunStopped
 from curator_dask.stages.model import model_of
 
@@ -41,7 +42,7 @@ def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
     """Run the stages up to the source on the driver; returns the source tasks: a list, or,
     when the head is the source stage alone and it gives an iterator (curator_dask's own
     model: ``process_iter``, or ``process`` returning a generator), a
-    :class:`~curator_dask.backends.dask.adapter.LazySourceTasks` that the run pulls from as
+    :class:`~curator_dask.backends.dask.source_feed.LazySourceTasks` that the run pulls from as
     its window frees (the stage is torn down when it is exhausted or closed)."""
     head = [stages[i] for i in plan.head]
     for stage in head:
@@ -54,7 +55,7 @@ def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],
     lazy = None
     try:
         if len(head) == 1 and len(initial) == 1:
-            found = StageAdapter(head[0]).process_source(initial[0], counts[plan.head[0]])
+            found = process_source(StageAdapter(head[0]), initial[0], counts[plan.head[0]])
             if isinstance(found, LazySourceTasks):
                 lazy = found
                 lazy.on_close = head[0].teardown

@@ -11,7 +11,6 @@ observer's ``run_finished`` (the shard's, then the caller's). See docs/design/ar
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 import uuid
@@ -27,24 +26,23 @@ from curator_dask.backends.base import (
 )
 from curator_dask.backends.counts import StageCount
 from curator_dask.backends.dask import source_feed
-from curator_dask.backends.dask.adapter import LazySourceTasks
 from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import LiveProgress, notice, showing
+from curator_dask.backends.dask.resource_check import check_resources
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.backends.dask.run_stream import register_stage_host, stream_sources
-from curator_dask.backends.dask.source_feed import SourceFeed
+from curator_dask.backends.dask.source_feed import LazySourceTasks, SourceFeed
 from curator_dask.backends.dask.stop import RUNS, StopSignal
 from curator_dask.dedup.id_generator_run import NoRunIds, ids_for_run
 from curator_dask.errors import (
-    ResourceUnavailableError,
     RunStopped,
     StageError,
-    is_run_interrupted,
     run_interrupted,
     stop_summary,
     warn_partial_run,
+    with_resume_hint,
 )
 from curator_dask.lineage import is_empty_task, source_id_of
 from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
@@ -118,7 +116,7 @@ class DaskRun:
             self.wrap_up(run_completed=False)
             error = self.ended(stop)
             self.notify(None, error)
-            raise self.hinted(error) from None
+            raise with_resume_hint(error, self.options.resume_hint) from None
         except BaseException as exc:
             self.wrap_up(run_completed=False)
             self.notify(None, exc)
@@ -216,17 +214,6 @@ class DaskRun:
             return run_interrupted(f"Interrupted (Ctrl+C): {counted}")
         return RunStopped(f"{stop}: stopped after {counted}")
 
-    def hinted(self, error: BaseException) -> BaseException:
-        """``error`` as raised: with how to resume (``options.resume_hint``, a job's command)."""
-        hint = self.options.resume_hint
-        if hint is None:
-            return error
-        if isinstance(error, RunStopped):
-            return RunStopped(f"{error}; resume with: {hint}")
-        if is_run_interrupted(error):
-            return run_interrupted(f"{error}; resume with: {hint}")
-        return error
-
     # -- the steps --------------------------------------------------------------------------
     def run_head_on_driver(self) -> None:
         """The head from ``EmptyTask`` (file discovery), on the driver, before the cluster
@@ -282,10 +269,12 @@ class DaskRun:
         a lazy source stage, a :class:`~.source_feed.SourceFeed` where the run allows one."""
         sources = self.sources
         if isinstance(sources, LazySourceTasks):
-            first = self.lazy_feed(sources)
-            if first is None:
+            found = source_feed.feed_or_list(self, sources)
+            if isinstance(found, SourceFeed):  # its totals when it ends: feed_exhausted
+                self.feed, self.todo, self.sources = found, found, []
                 return
-            sources = self.sources = first  # the whole list (why: in the log)
+            self.report_head()
+            sources = self.sources = found  # the whole list (why: in the log)
         source_stage = self.stages[self.plan.head[-1]]
         if self.completion is not None:  # every source, before the shard filter
             self.completion.check_partitioning(source_stage, sources)
@@ -297,69 +286,31 @@ class DaskRun:
             if self.input_check is not None:
                 changed = self.input_check.changed_sources(
                     sources, self.completion.completed_ids(sources))
-            self.todo, self.skipped = self.completion.open_sources(
+            self.todo, skipped = self.completion.open_sources(
                 sources, reopen=changed, now=not (self.plan.groups and sources))
-            self.mark("sources_opened")
-            again = f" ({len(changed)} of them again: their inputs changed)" if changed else ""
-            self.planned_notice(len(sources), self.skipped, len(self.todo), again)
-        self.n_sources, self.n_todo = len(sources), len(self.todo)
-        self.live.planned(len(sources), self.skipped, len(self.todo))
-        self.events.emit("sources_planned", total=len(sources), skipped=self.skipped,
-                         to_process=len(self.todo),
-                         **({"reprocessed_changed_inputs": len(changed)} if changed else {}))
+            self.sources_planned(len(sources), skipped, changed)
+        else:
+            self.sources_planned(len(sources), 0)
 
-    def lazy_feed(self, lazy: LazySourceTasks) -> list[Any] | None:
-        """Stream a lazy source stage's tasks through a feed (``None``: done, ``self.todo`` is
-        the feed), or, where the run needs every source before the first is sent, pull them
-        all and return the list (docs/pipeline-model.md, "Lazy sources")."""
-        why = None
-        if self.shard is not None:
-            why = "an array shard selects among all sources"
-        elif self.input_check is not None:
-            why = "verify_inputs fingerprints every source first"
-        elif self.options.stage_checkpoints.enabled and self.plan.boundaries:
-            why = "stage checkpoints plan over every source"
-        elif not self.plan.groups:
-            why = "the source stage's tasks are the run's outputs"
-        first: list[Any] = []
-        if why is None and self.completion is not None:
-            from curator_dask.resumability.partitioning import file_groups
-
-            first = list(itertools.islice(lazy, source_feed.CHECK_BLOCK))
-            if file_groups(first):
-                why = "the checkpoint's partition record compares every file group first"
-        if why is not None:
-            logger.info("the source stage gives its tasks lazily; taking them all at once: %s",
-                        why)
-            try:
-                return first + list(lazy)
-            finally:
-                lazy.close()
-                self.report_head()
-        completion = self.completion
-        self.feed = self.todo = SourceFeed(
-            lazy, first=first, on_exhausted=self.feed_exhausted,
-            completed=completion.completed_source_ids if completion is not None else None)
-        self.sources = []
-        logger.info("the source stage gives its tasks lazily: they are pulled as the run goes, "
-                    "and counted when the last has come")
-        return None
-
-    def planned_notice(self, total: int, skipped: int, todo: int, again: str = "") -> None:
-        notice(f"{total} source partitions: {skipped} already complete (skipped), {todo} to "
-               f"process{again}", showing(self.executor.progress), logger)
-
-    def feed_exhausted(self, total: int, skipped: int) -> None:
-        """The lazy source stage has given its last task: the totals, as ``select_sources``
-        records them for a list."""
+    def sources_planned(self, total: int, skipped: int, changed: Sequence[str] = ()) -> None:
+        """The sources' totals, once known (a list's at once, a lazy source's when it has given
+        its last): the notice, the live progress and the ``sources_planned`` event."""
         self.n_sources, self.skipped, self.n_todo = total, skipped, total - skipped
-        self.report_head()
-        self.live.planned(total, skipped, total - skipped)
         if self.completion is not None:
             self.mark("sources_opened")
-            self.planned_notice(total, skipped, total - skipped)
+            again = f" ({len(changed)} of them again: their inputs changed)" if changed else ""
+            notice(f"{total} source partitions: {skipped} already complete (skipped), "
+                   f"{total - skipped} to process{again}", showing(self.executor.progress),
+                   logger)
+        self.live.planned(total, skipped, total - skipped)
         self.events.emit("sources_planned", total=total, skipped=skipped,
-                         to_process=total - skipped)
+                         to_process=total - skipped,
+                         **({"reprocessed_changed_inputs": len(changed)} if changed else {}))
+
+    def feed_exhausted(self, total: int, skipped: int) -> None:
+        """The lazy source stage has given its last task."""
+        self.report_head()
+        self.sources_planned(total, skipped)
 
     def prepare_stage_checkpoints(self) -> None:
         ckpt = self.options.stage_checkpoints
@@ -445,31 +396,3 @@ class DaskRun:
                         result.num_outputs, line)
             warn_partial_run(line)
         return result
-
-
-def check_resources(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
-                    planned: Any = None) -> None:
-    """Fail fast when a fusion group needs worker resources no worker offers.
-
-    With no worker yet (an adaptive SLURM cluster of minimum 0), ``planned()`` (the resources
-    its worker jobs will offer) is judged instead.
-    """
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    offered = [w.get("resources") or {} for w in workers.values()]
-    if not offered and planned is not None:
-        offered = [planned()]
-    for group in plan.cluster_groups:
-        need = group.resource_dict
-        if not need:
-            continue
-        if any(all(res.get(k, 0) >= v for k, v in need.items()) for res in offered):
-            continue
-        stage = stages[group.stage_indices[0]]
-        msg = (
-            f"Stage {stage.name!r} needs Dask worker resources {need}, but none of the "
-            f"{len(offered)} workers offers them (worker resources: "
-            f"{sorted({str(r) for r in offered})}). Start workers that have them, e.g. "
-            "`dask worker ... --resources GPU=1` or DaskExecutor(cluster_kwargs="
-            "{'resources': {'GPU': 1}}), or lower the stage's Resources."
-        )
-        raise ResourceUnavailableError(msg)

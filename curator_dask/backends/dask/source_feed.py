@@ -1,14 +1,15 @@
-"""Sources pulled from a lazy source stage as the run's window frees: :class:`SourceFeed`.
+"""Lazy sources: a source stage's tasks pulled as the run's window frees.
 
 A source stage of curator_dask's own model may give its tasks as an iterator (``process_iter``,
-or ``process`` returning a generator; :class:`~curator_dask.backends.dask.adapter.
-LazySourceTasks` makes each one). Then the driver never holds every source: the stream pulls
+or ``process`` returning a generator): :func:`process_source` calls it, and
+:class:`LazySourceTasks` makes each task as it is pulled, :class:`SourceFeed` skips the
+completed ones. Then the driver never holds every source: the stream pulls
 blocks from the feed (``streaming.py``), the feed pulls from the stage, and a checkpointed run
 asks the completion plugin which of each block are complete (one call per block of
 ``CHECK_BLOCK``). The totals are known once the stage is exhausted (``on_exhausted``).
 
 Runs that need every source before the first is sent take the whole list instead
-(``DaskRun.select_sources`` says why in the log): an array shard, ``verify_inputs``, stage
+(:func:`feed_or_list` says why in the log): an array shard, ``verify_inputs``, stage
 checkpoints, a pipeline with nothing after its source stage, and file groups in a checkpointed
 run (the partition record compares every group with the completed ones before anything runs;
 ``resumability/partitioning.py``). Only the first block is looked at for file groups.
@@ -23,12 +24,133 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from curator_dask import lineage
+from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask.adapter import StageAdapter, items_of, traceback_text
+from curator_dask.errors import StageError
 from curator_dask.resumability.counters import set_source_id
+from curator_dask.tasks import Task
+
+logger = logging.getLogger(__name__)
 
 CHECK_BLOCK = 4096  # sources pulled (and checked against the checkpoint) at a time
+
+
+def process_source(adapter: StageAdapter, task: Task, count: StageCount,
+                   ) -> list[Task] | LazySourceTasks:
+    """The source stage (``adapter``'s) over the one initial task (file discovery, on the
+    driver): its outputs as ``StageAdapter.process_batch`` makes them, or, when the stage
+    gives an iterator (``process_iter``, or ``process`` returning a generator: curator_dask's
+    own model), a :class:`LazySourceTasks` that makes each output as the run pulls it."""
+    stage = adapter.stage
+    produce = getattr(stage, "process_iter", None)
+    if not callable(produce):
+        if adapter.model.name != "curator_dask" or stage.supports_batch_processing():
+            return adapter.process_batch([task], count)  # NeMo's stages: NeMo's own path
+        produce = stage.process
+    start = time.perf_counter()
+    try:
+        if not stage.validate_input(task):
+            msg = f"Task {task!s} failed validation for stage {stage}"
+            raise ValueError(msg)
+        with adapter.timer.measure(items_of([task])):
+            out = produce(task)
+    except Exception as exc:
+        raise StageError(stage.name, [task.task_id], f"{type(exc).__name__}: {exc}",
+                         traceback_text(exc)) from exc
+    if isinstance(out, Iterator):
+        count.calls += 1
+        count.tasks_in += 1
+        count.items_in += items_of([task])
+        count.seconds += time.perf_counter() - start
+        return LazySourceTasks(adapter, task, out, count, adapter.timer.stats())
+    # a list (or one task, or None), as the default process_batch would have collected it
+    return adapter.finish_call([task], out if isinstance(out, list) else [out],
+                               time.perf_counter() - start, count, None, None)
+
+
+class LazySourceTasks(Iterator[Task]):
+    """The outputs of a source stage that gives an iterator, made one at a time as the run
+    pulls them: each gets its lineage id (``"<parent>_<content id or position>"``, as
+    ``assign_task_ids`` gives a list's outputs, docs/design/contract.md §1.8) and the call's
+    performance record, and is counted; ``None`` and ``NoneTask`` outputs are skipped (and
+    counted as filtered, keeping their positions); a ``FailedTask`` is refused, as from a
+    list. The stage's ``_stage_perf`` record times the call that returned the iterator; the
+    pulls happen while the run goes and are in the stage's count's ``seconds``.
+
+    ``close()`` (also at exhaustion) closes the stage's iterator and calls ``on_close``.
+
+    Example:
+        >>> from curator_dask.backends.dask.adapter import StageAdapter
+        >>> from curator_dask.stages.base import ProcessingStage
+        >>> from curator_dask.tasks import EmptyTask, FileGroupTask
+        >>> class Files(ProcessingStage):
+        ...     name = "files"
+        ...     def process(self, task):
+        ...         return (FileGroupTask(dataset_name="d", data=[f"{i}.jsonl"]) for i in range(3))
+        >>> lazy = process_source(StageAdapter(Files()), EmptyTask(), StageCount())
+        >>> [t.task_id for t in lazy], lazy.produced  # a file group's id: its files' hash
+        (['0_02e4a8e95a2d', '0_88496f09ad1b', '0_6344231e6c29'], 3)
+    """
+
+    def __init__(self, adapter: StageAdapter, parent: Task, iterator: Iterator[Any],
+                 count: StageCount, stats: Any) -> None:
+        self.adapter, self.parent, self.count, self.stats = adapter, parent, count, stats
+        self._iterator: Iterator[Any] | None = iterator
+        self._position = 0
+        self.produced = 0
+        self.on_close: Any = None
+
+    def __next__(self) -> Task:
+        stage = self.adapter.stage
+        while self._iterator is not None:
+            start = time.perf_counter()
+            try:
+                task = next(self._iterator)
+            except StopIteration:
+                self.close()
+                break
+            except Exception as exc:
+                self.close()
+                raise StageError(stage.name, [self.parent.task_id],
+                                 f"{type(exc).__name__}: {exc}", traceback_text(exc)) from exc
+            finally:
+                self.count.seconds += time.perf_counter() - start
+            position, self._position = self._position, self._position + 1
+            if task is None or lineage.is_none_task(task):
+                self.count.filtered += 1
+                continue
+            if lineage.is_sentinel(task):
+                self.close()
+                msg = f"Source stage {stage.name} emitted {type(task).__name__}, which is not "
+                msg += "supported."
+                raise ValueError(msg)
+            task._set_task_id(self.parent.task_id, task.get_deterministic_id() or position)
+            task.add_stage_perf(self.stats)
+            self.produced += 1
+            self.count.tasks_out += 1
+            self.count.items_out += items_of([task])
+            return task
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop pulling: the stage's iterator is closed (a generator's ``finally`` runs), then
+        ``on_close`` (the head's teardown); a second call does nothing."""
+        iterator, self._iterator = self._iterator, None
+        if iterator is None:
+            return
+        try:
+            closing = getattr(iterator, "close", None)
+            if callable(closing):
+                closing()
+        finally:
+            if self.on_close is not None:
+                self.on_close()
 
 
 class SourceFeed(Iterator[Any]):
@@ -83,3 +205,41 @@ class SourceFeed(Iterator[Any]):
         closing = getattr(self._source, "close", None)
         if callable(closing):
             closing()
+
+
+def feed_or_list(run: Any, lazy: LazySourceTasks) -> SourceFeed | list[Any]:
+    """A feed over ``lazy`` for ``run`` (a ``DaskRun``), or every source as a list where the
+    run needs them all before the first is sent (the reason in the log; the stage closed)."""
+    why = whole_list_reason(run)
+    first: list[Any] = []
+    if why is None and run.completion is not None:
+        from curator_dask.resumability.partitioning import file_groups
+
+        first = list(itertools.islice(lazy, CHECK_BLOCK))
+        if file_groups(first):
+            why = "the checkpoint's partition record compares every file group first"
+    if why is not None:
+        logger.info("the source stage gives its tasks lazily; taking them all at once: %s", why)
+        try:
+            return first + list(lazy)
+        finally:
+            lazy.close()
+    logger.info("the source stage gives its tasks lazily: they are pulled as the run goes, and "
+                "counted when the last has come")
+    completion = run.completion
+    return SourceFeed(lazy, first=first, on_exhausted=run.feed_exhausted,
+                      completed=completion.completed_source_ids if completion else None)
+
+
+def whole_list_reason(run: Any) -> str | None:
+    """Why ``run`` must have every source before the first is sent, or ``None`` (file groups
+    in a checkpointed run: :func:`feed_or_list`, from the first block)."""
+    if run.shard is not None:
+        return "an array shard selects among all sources"
+    if run.input_check is not None:
+        return "verify_inputs fingerprints every source first"
+    if run.options.stage_checkpoints.enabled and run.plan.boundaries:
+        return "stage checkpoints plan over every source"
+    if not run.plan.groups:
+        return "the source stage's tasks are the run's outputs"
+    return None
