@@ -13,6 +13,7 @@ import weakref
 import dask
 import pytest
 
+from curator_dask.backends.dask import driver_gc
 from curator_dask.backends.dask.driver_gc import frozen_heap
 
 
@@ -53,13 +54,15 @@ def test_outputs_kept_are_frozen_as_they_come_and_cycles_are_collected_after():
 
 
 def test_a_process_that_freezes_itself_is_left_alone():
+    """What ``frozen_heap`` decides, not the process-wide freeze count (reference counting may
+    free a frozen object meanwhile, which lowers the count)."""
     mine = [Node() for _ in range(10)]
     gc.freeze()
-    count = gc.get_freeze_count()
     with frozen_heap(keep_outputs=True) as freezer:
         freezer.collected()
-        assert not freezer.enabled and gc.get_freeze_count() == count
-    assert gc.get_freeze_count() == count and mine
+        assert not freezer.enabled and driver_gc._active == 0
+    # the stream did not unfreeze what the process froze itself
+    assert gc.get_freeze_count() > 0 and mine
 
 
 def test_the_config_turns_it_off():

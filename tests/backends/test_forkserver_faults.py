@@ -4,12 +4,14 @@ A forkserver that dies takes the workers it forked with it, and the cluster's st
 ``RuntimeError: Nanny failed to start``. Now the start is tried again with a new server, and if
 that one dies too, with spawned workers; each step is a warning.
 
-The kills are real: ``SIGKILL`` to the real server process (its id from ``forkserver``'s
-state), from a thread, while ``Pipeline.run`` on a fresh ``DaskExecutor`` starts its cluster.
-The points are events, not times: the server killed before the cluster starts, once it has
-forked one worker, once it has forked every worker. To make "while the cluster starts" certain,
-the workers wait in a preload of their own until the killer is done (a real preload file that
-waits for a real file), so the cluster cannot finish starting before the kill.
+The kills are real: ``SIGKILL`` to the real server process while ``Pipeline.run`` on a fresh
+``DaskExecutor`` starts its cluster. The points are events, not times: the server killed before
+the cluster starts (by the test, once the server exists), once it has forked one worker, once it
+has forked every worker. The last two are done by the forked workers themselves, in a preload of
+their own (a real preload file) that runs while the worker starts, so the cluster cannot finish
+starting before the kill, and a restarted server is killed by its own first worker as surely as
+the first one was (a killer thread polling for the server raced the cluster's start: CI once saw
+it kill only once).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import threading
 from pathlib import Path
 
 import psutil
@@ -33,14 +34,35 @@ from tests.helpers import poll_for
 pytestmark = pytest.mark.slow
 
 FILES = 4
-GATE_PRELOAD = """
-import os, time
+KILL_PRELOAD = """
+import fcntl, os, signal
+import psutil
+
+STATE, CHILDREN, TIMES, DRIVER = {state!r}, {children!r}, {times!r}, {driver!r}
+
+def _lines(name):
+    path = os.path.join(STATE, name)
+    return open(path).read().split() if os.path.exists(path) else []
+
+def _add(name, values):
+    with open(os.path.join(STATE, name), "a") as f:
+        f.write("".join(f"{{v}}\\n" for v in values))
 
 def dask_setup(worker):
-    # the worker's start waits here until the test's killer is done (at most 120 s)
-    deadline = time.monotonic() + 120
-    while not os.path.exists({gate!r}) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    server = psutil.Process(os.getppid())
+    if server.pid == DRIVER or server.ppid() != DRIVER:
+        return  # spawned by the driver, not forked by its forkserver
+    with open(os.path.join(STATE, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the workers of one server start at once
+        killed = _lines("killed")
+        if len(killed) >= TIMES or str(server.pid) in killed:
+            return
+        _add("forked-by-" + str(server.pid), [os.getpid()])
+        if len(_lines("forked-by-" + str(server.pid))) < CHILDREN:
+            return
+        _add("orphans", [c.pid for c in server.children()])
+        _add("killed", [server.pid])
+        os.kill(server.pid, signal.SIGKILL)
 """
 
 
@@ -53,33 +75,36 @@ def _gone(pid: int) -> bool:
 
 class Killer:
     """Kills our forkserver ``times`` times, each as soon as it has forked ``children``
-    workers, then opens the gate the workers wait at."""
+    workers: ``children == 0`` by :meth:`kill_now`, otherwise by the workers' preload
+    (:meth:`preload`). What it killed is read back from its state folder."""
 
-    def __init__(self, gate: Path, children: int, times: int) -> None:
-        self.gate, self.children, self.times = gate, children, times
-        self.killed: list[int] = []
-        self.orphans: list[int] = []  # workers the killed servers had forked
-        self.thread = threading.Thread(target=self._run, daemon=True)
+    def __init__(self, state: Path, children: int, times: int) -> None:
+        self.state, self.children, self.times = state, children, times
+        state.mkdir()
 
-    def _target(self) -> int | None:
-        pid = forkserver.server_pid()
-        if pid is None or pid in self.killed or _gone(pid):
-            return None
-        try:
-            forked = psutil.Process(pid).children()
-        except psutil.NoSuchProcess:
-            return None
-        return pid if len(forked) >= self.children else None
+    def preload(self) -> str:
+        return KILL_PRELOAD.format(state=str(self.state), children=self.children,
+                                   times=self.times, driver=os.getpid())
 
-    def _run(self) -> None:
-        try:
-            for _ in range(self.times):
-                pid = poll_for(self._target, 120, "no forkserver to kill", interval=0.002)
-                self.orphans += [p.pid for p in psutil.Process(pid).children()]
-                os.kill(pid, signal.SIGKILL)
-                self.killed.append(pid)
-        finally:
-            self.gate.touch()
+    def kill_now(self) -> None:
+        pid = poll_for(forkserver.server_pid, 120, "no forkserver to kill", interval=0.002)
+        (self.state / "orphans").write_text(
+            "".join(f"{p.pid}\n" for p in psutil.Process(pid).children()))
+        os.kill(pid, signal.SIGKILL)
+        (self.state / "killed").write_text(f"{pid}\n")
+
+    def _read(self, name: str) -> list[int]:
+        path = self.state / name
+        return [int(v) for v in path.read_text().split()] if path.exists() else []
+
+    @property
+    def killed(self) -> list[int]:
+        return self._read("killed")
+
+    @property
+    def orphans(self) -> list[int]:
+        """The workers the killed servers had forked."""
+        return self._read("orphans")
 
 
 def _pipeline(tmp_path: Path) -> Pipeline:
@@ -101,22 +126,17 @@ def _run(tmp_path: Path, caplog: pytest.LogCaptureFixture, *, children: int,
     """Run the pipeline on a fresh executor while the killer works; returns the killer and the
     ``(pid, parent pid)`` of the worker processes that ran the stage."""
     caplog.set_level(logging.WARNING)
-    gate = tmp_path / "gate"
-    preload = tmp_path / "gate_preload.py"
-    preload.write_text(GATE_PRELOAD.format(gate=str(gate)))
+    killer = Killer(tmp_path / "killer", children, times)
+    preload = tmp_path / "kill_preload.py"
+    preload.write_text(killer.preload())
     pipeline = _pipeline(tmp_path)
     executor = DaskExecutor(n_workers=2, progress=False,
                             cluster_kwargs={"preload": [str(preload)]})
-    killer = Killer(gate, children, times)
     if children == 0:  # "as soon as it exists": started ahead, killed before the run
         executor.prepare_workers()
-        killer._run()
+        killer.kill_now()
         poll_for(lambda: _gone(killer.killed[0]), 30, "the killed forkserver is still there")
-    else:
-        killer.thread.start()
     result = pipeline.run(executor=executor)
-    if killer.thread.ident is not None:
-        killer.thread.join(timeout=30)
     assert len(killer.killed) == times
     assert len(result) == FILES
     assert _rows(tmp_path / "output") == _rows(tmp_path / "input")  # every row, unchanged
