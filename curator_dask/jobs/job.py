@@ -134,4 +134,14 @@ class JobDirectory:
             lines += [f"  {c}" for c in input_changes]
         lines.append("Nothing was deleted. Restore the previous configuration and inputs, or "
                      "start a new job (without --resume).")
+        checkpoint = self.recorded_checkpoint()
+        if input_changes and checkpoint:
+            # a fixed input (say, a malformed line) should not cost the work already done
+            lines.append(
+                f"To keep this job's finished work, start a new job on its checkpoint "
+                f"(--checkpoint-path {checkpoint}): it skips the sources this job completed "
+                "and processes the rest, a failed file fixed since among them (a completed "
+                "source whose files changed is redone, by the default --on-input-change "
+                "reprocess, where --verify-inputs recorded its fingerprint; row ranges, "
+                "partition=, refuse changed content).")
         raise ResumeMismatchError("\n".join(lines))

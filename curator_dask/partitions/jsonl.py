@@ -21,6 +21,7 @@ import numpy as np
 
 CHUNK = 8 << 20  # bytes per read
 SAMPLE = 4 << 20  # bytes read from the start of a file to measure its rows (auto mode)
+MAX_SAMPLE = 64 << 20  # the most read to find the end of a file's first line
 NEWLINE = 10
 
 
@@ -206,22 +207,51 @@ class Sample:
     reason: str | None = None
 
 
+def head_lines(fs: Any, path: str, size: int, limit: int = SAMPLE,
+               most: int = MAX_SAMPLE) -> bytes:
+    """The first whole lines of ``path`` (``size`` bytes) in its first ``limit`` bytes; when
+    no line ends there, the read grows (doubling, up to ``most`` bytes) until one does. ``b""``
+    when no line ends in the first ``most`` bytes.
+
+    Example:
+        >>> import fsspec
+        >>> fs = fsspec.filesystem("memory")
+        >>> fs.pipe_file("/head.jsonl", b"1234\\n56\\n78")
+        >>> head_lines(fs, "/head.jsonl", 10, limit=6), head_lines(fs, "/head.jsonl", 10, limit=2)
+        (b'1234\\n', b'1234\\n56\\n')
+    """
+    data, end = b"", min(size, limit)
+    while True:
+        data += fs.cat_file(path, start=len(data), end=end)
+        if len(data) >= size:
+            return data
+        cut = data.rfind(b"\n")
+        if cut >= 0:
+            return data[:cut + 1]
+        if end >= min(size, most):
+            return b""
+        end = min(size, most, 2 * end)
+
+
 def sample(fs: Any, path: str, size: int, limit: int = SAMPLE) -> Sample:
-    """Measure the first whole lines of ``path`` (up to ``limit`` bytes)."""
+    """Measure the first whole lines of ``path`` (up to ``limit`` bytes, or its first line
+    when that is longer). A line longer than :data:`MAX_SAMPLE` is not measured: its length
+    so far is the bytes per row on disk, a lower bound."""
+    import pyarrow as pa
     import pyarrow.json as pj
 
-    data = fs.cat_file(path, start=0, end=min(size, limit))
-    if len(data) < size:
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            return Sample(None, None, f"no line ends in its first {len(data)} bytes")
-        data = data[:cut + 1]
+    data = head_lines(fs, path, size, limit)
+    if not data:
+        read = min(size, MAX_SAMPLE)
+        return Sample(float(read), None, f"no line ends in its first {read} bytes")
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     disk = len(data) / lines if lines else None
     try:
-        table = pj.read_json(io.BytesIO(data))
-    except Exception as exc:  # noqa: BLE001 (a sample that does not parse: the fallback)
-        return Sample(disk, None, f"its first lines do not parse ({exc})")
+        # one block for the whole sample: a long line (a real 2 MB document) straddles none
+        options = pj.ReadOptions(block_size=max(len(data) + 1, 1 << 20), use_threads=False)
+        table = pj.read_json(io.BytesIO(data), read_options=options)
+    except (pa.ArrowInvalid, ValueError) as exc:  # a sample that does not parse: the fallback
+        return Sample(disk, None, f"its first lines are not valid JSON Lines ({exc})")
     if not table.num_rows:
         return Sample(disk, None, "its first lines hold no documents")
     return Sample(disk, table.nbytes / table.num_rows)

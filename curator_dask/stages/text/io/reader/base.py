@@ -79,7 +79,8 @@ class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
         else:
             why = "it holds no rows" if len(paths) == 1 else "they hold no rows"
         return (f"{self.name}: no data read from {shown or 'no files'} (task {task.task_id}): "
-                f"{why}; pass allow_empty=True to the reader to accept partitions without rows")
+                f"{why}; pass allow_empty=True to the reader (YAML: allow_empty: true) to "
+                "accept partitions without rows")
 
     def _size(self, path: str) -> int | None:
         opts = (self.read_kwargs or {}).get("storage_options") or {}
