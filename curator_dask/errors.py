@@ -19,6 +19,7 @@ are re-raised on the driver).
 | `WorkerJobsFailedError` | `curator_dask.errors` | `RuntimeError` | `slurm.max-failed-job-starts` SLURM worker jobs in a row ended before their worker joined |
 | `PartitioningChangedError` | `curator_dask.errors` | `ValueError` | the source stage groups files unlike the runs that completed sources in the checkpoint; before anything runs |
 | `OverwriteWithCheckpointError` | `curator_dask.errors` | `ValueError` | a writer with `mode="overwrite"` in a run with a `checkpoint_path`; before anything runs |
+| `OutputFolderError` | `curator_dask.errors` | `ValueError` | a writer's output path is a file, or a folder this process cannot make or write into; before any cluster starts |
 | `PartitionRecordError` | `curator_dask.errors` | `ValueError` | the checkpoint's record of row-range partitions is missing, unreadable or made with other parameters |
 | `PartitionContentChangedError` | `curator_dask.errors` | `ValueError` | a `PartitionRecordError` (its subclass): the input of a recorded row-range partition changed |
 | `NoInputFilesError` | `curator_dask.utils.files` | `FileNotFoundError` | an entry of `file_paths` names no file to read (missing path, empty glob, no file with the extensions) |
@@ -30,6 +31,9 @@ are re-raised on the driver).
 | `CheckpointUnusable` | `curator_dask.resumability.stage_checkpoints.store` | `Exception` | a stage checkpoint cannot be loaded; caught on the worker, which logs it and falls back to an earlier boundary |
 | `UnknownBatchError` | `curator_dask.dedup.id_generator` | `KeyError` | `get_batch_range` for a file group that was never registered |
 | `IdGeneratorMissingError` | `curator_dask.dedup.id_generator_run` | `RuntimeError` | a run's stages generate or assign ids, but no id generator exists in the driver |
+| `ExecutorBusyError` | `curator_dask.dedup.admission` | `RuntimeError` | a deduplication workflow was started on a `DaskExecutor` that runs another one; before any step |
+| `CacheInUseError` | `curator_dask.dedup.cache_lock` | `RuntimeError` | another run (its host and pid named) holds the deduplication cache's lock; before any step |
+| `NonUniqueIdsError` | `curator_dask.dedup.exact_ids` | `ValueError` | the corpus's own ids (`assign_id=False`) name several documents: names an id and its count |
 | `RayOnlyStageError` | `curator_dask.nemo.checks` | `ValueError` | a NeMo Curator stage that needs a Ray cluster was given to `DaskExecutor` |
 | `ResumeMismatchError` | `curator_dask.jobs.job` | `ValueError` | a job resumed with another configuration or other inputs; names each change |
 | `JobNotFoundError` | `curator_dask.jobs.index` | `FileNotFoundError` | no job of that id in the work dir or the job index (CLI exit code 2) |
@@ -243,6 +247,40 @@ def stop_summary(*, done: int, todo: int, skipped: int, collected: int, cut: int
     return f"{text}; {after}"
 
 
+_TRACEBACK_HEADS = ("\nOriginal traceback:", "\nTraceback (most recent call last):")
+
+
+def one_line(error: BaseException) -> str:
+    """``error``'s message as the command line prints it without ``-v``: what it says before
+    any traceback it carries (a :class:`StageError`'s original traceback), its lines joined
+    into one (docs/guarantees.md: one line; the traceback with ``-v``).
+
+    Example:
+        >>> error = StageError("reader", ["0_ab"], "ValueError: bad line 3", "Traceback ...\\n",
+        ...                    source_files=["/data/part-2.jsonl"])
+        >>> one_line(error)
+        "Stage 'reader' failed on /data/part-2.jsonl: ValueError: bad line 3; task: '0_ab'"
+    """
+    text = str(error)
+    for head in _TRACEBACK_HEADS:
+        text = text.split(head, 1)[0]
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def nothing_started(*, skipped: int, checkpoint: str | None) -> str:
+    """What a run stopped or interrupted before any source partition started (while its
+    cluster started, say) says after its reason.
+
+    Example:
+        >>> print(nothing_started(skipped=0, checkpoint=None))
+        before any source partition started: nothing was processed or written; run it again to start over
+    """  # noqa: E501 (the line as it prints)
+    before = (f" ({skipped} were already complete in {checkpoint})" if skipped and checkpoint
+              else "")
+    return (f"before any source partition started{before}: nothing was processed or written; "
+            "run it again to start over")
+
+
 def is_run_interrupted(error: BaseException) -> bool:
     """Whether ``error`` is a run's :func:`run_interrupted` (it carries its one-line message)."""
     return isinstance(error, KeyboardInterrupt) and getattr(error, "_curator_dask_run", False)
@@ -352,6 +390,12 @@ class OverwriteWithCheckpointError(ValueError, CuratorDaskError):
     outputs would never be written again. Raised before anything runs, alike for curator_dask's
     writers (``prepare_output``) and NeMo Curator's (``curator_dask/nemo/checks.py``); exit
     status 2 on the command line."""
+
+
+class OutputFolderError(ValueError, CuratorDaskError):
+    """A writer's output path cannot take its files: it is a file, or a folder this process
+    cannot make or write into (a read-only mount, missing permissions). Raised on the driver
+    before any cluster starts, naming the writer and the path (exit 2 on the command line)."""
 
 
 class PartitionRecordError(ValueError, CuratorDaskError):

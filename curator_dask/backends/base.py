@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from curator_dask.tasks import Task
 
 __all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunEnd", "RunObserver", "RunOptions",
-           "prepare_outputs_and_root_ids",
+           "prepare_outputs", "prepare_outputs_and_root_ids",
            "WorkerMetadata", "check_max_concurrent_partitions"]
 
 
@@ -231,17 +231,24 @@ def partition_cap(value: Any = None) -> int | str:
 def prepare_outputs_and_root_ids(stages: Sequence[Any], checkpoint_path: str | None,
                                  initial_tasks: Sequence[Task] | None) -> None:
     """What every run does on the driver before it starts, whatever its executor: each
-    writer's ``prepare_output`` (temp files of dead writers removed; ``mode="overwrite"``
-    applied, or refused with a checkpoint), then the root ids of user-given initial tasks
-    (docs/design/contract.md §1.7)."""
-    for stage in stages:
-        prepare = getattr(stage, "prepare_output", None)
-        if callable(prepare):
-            prepare(checkpoint_path=checkpoint_path)
+    writer's ``prepare_output`` (:func:`prepare_outputs`), then the root ids of user-given
+    initial tasks (docs/design/contract.md §1.7)."""
+    prepare_outputs(stages, checkpoint_path)
     if initial_tasks:
         from curator_dask.lineage import assign_root_task_ids
 
         assign_root_task_ids(initial_tasks)
+
+
+def prepare_outputs(stages: Sequence[Any], checkpoint_path: str | None) -> None:
+    """Each writer's ``prepare_output``: temp files of dead writers removed, ``mode=
+    "overwrite"`` applied (or refused with a checkpoint), the folder made and checked
+    writable. ``DaskExecutor`` calls it once the driver found the inputs, so a run refused
+    for its inputs has made and deleted nothing."""
+    for stage in stages:
+        prepare = getattr(stage, "prepare_output", None)
+        if callable(prepare):
+            prepare(checkpoint_path=checkpoint_path)
 
 
 @dataclasses.dataclass(frozen=True)

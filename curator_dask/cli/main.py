@@ -125,16 +125,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return func(args)
     except (UsageError, NotImplementedError) as exc:
-        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: error: {_said(exc, args.verbose)}",
+              file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # a RunInterrupted says what completed and what next
-        print(f"{parser.prog} {args.command}: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: {_said(exc, args.verbose) or 'interrupted'}",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 (the CLI reports every failure the same way)
         if args.verbose:
             import traceback
 
             traceback.print_exc()
-        print(f"{parser.prog} {args.command}: failed: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(f"{parser.prog} {args.command}: failed: {type(exc).__name__}: "
+              f"{_said(exc, args.verbose)}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _said(error: BaseException, verbose: int) -> str:
+    """The error's message: one line (no traceback it carries) unless ``-v``."""
+    if verbose:
+        return str(error)
+    from curator_dask.errors import one_line
+
+    return one_line(error)

@@ -60,8 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "reprocess)")
     run.add_argument("--stage-checkpoints",
                      choices=["disabled", "every_stage", "every_n_stages", "manual"],
+                     metavar="STRATEGY",  # the choices in the help: the usage line stays narrow
                      help="memoize stage outputs so replayed sources resume from the deepest "
-                          "boundary (default: config stage-checkpoints.strategy, disabled)")
+                          "boundary: disabled, every_stage, every_n_stages or manual (default: "
+                          "config stage-checkpoints.strategy, disabled)")
     run.add_argument("--checkpoint-every", type=int, metavar="N",
                      help="every_n_stages: checkpoint after every N-th stage")
     run.add_argument("--checkpoint-stages", metavar="NAMES",
@@ -76,8 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "jsonl: none (default), gzip")
     run.add_argument("--checkpoint-retention",
                      choices=["cleanup_on_complete", "keep_all", "keep_failed_only",
-                              "cleanup_all"],
-                     help="when stage checkpoints are deleted (default: cleanup_on_complete; "
+                              "cleanup_all"], metavar="RETENTION",
+                     help="when stage checkpoints are deleted: cleanup_on_complete, keep_all, "
+                          "keep_failed_only or cleanup_all (default: cleanup_on_complete; "
                           "cleanup_all: also every remaining one of the run's sources when the "
                           "run ends, however it ends)")
     run.add_argument("--max-concurrent-partitions", metavar="N|auto",
@@ -337,6 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   **checkpoint_kwargs(args, recipe.stage_checkpoints), **partitions}
     _drain_on_signals()
     from curator_dask.errors import (
+        OutputFolderError,
         OverwriteWithCheckpointError,
         PartitioningChangedError,
         PartitionRecordError,
@@ -368,7 +372,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               "to process the rest", file=sys.stderr)
         return EXIT_SCHEDULER_LOST
     except (ResumeMismatchError, FileExistsError, InputChangedError, NoInputFilesError,
-            PartitioningChangedError, PartitionRecordError, OverwriteWithCheckpointError) as exc:
+            PartitioningChangedError, PartitionRecordError, OverwriteWithCheckpointError,
+            OutputFolderError) as exc:
         # NoInputFilesError: the head's file discovery runs before the cluster starts, so a
         # wrong input path is refused before any source is processed
         raise UsageError(str(exc)) from None

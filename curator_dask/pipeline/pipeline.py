@@ -173,6 +173,10 @@ class Pipeline:
             stage_checkpoints=stage_checkpoints, verify_inputs=verify_inputs,
             on_input_change=on_input_change, slurm_array=slurm_array,
             max_concurrent_partitions=max_concurrent_partitions, job=as_job)
+        if as_job and not initial_tasks:  # a typo in an input path: refused before a job exists
+            check = getattr(self.stages[0], "check_inputs_exist", None) if self.stages else None
+            if callable(check):
+                check()
         job = self._start_job(options, checkpoint_path, work_dir, job_id, resume,
                               verify_content, command) if as_job else None
         try:  # the job's own checks, before the run exists: the run ends the job otherwise

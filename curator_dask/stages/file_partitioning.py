@@ -16,7 +16,12 @@ from curator_dask.partitions.spec import PartitionSpec, refuse_with_file_groupin
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.stages.resources import Resources
 from curator_dask.tasks import EmptyTask, FileGroupTask, RowRangeTask
-from curator_dask.utils.files import NoInputFilesError, gather_file_records, infer_dataset_name
+from curator_dask.utils.files import (
+    NoInputFilesError,
+    check_paths_exist,
+    gather_file_records,
+    infer_dataset_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +99,13 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
 
     def outputs(self) -> tuple[list[str], list[str]]:
         return [], []
+
+    def check_inputs_exist(self) -> None:
+        """Refuse an entry of ``file_paths`` that names nothing (``NoInputFilesError``), with
+        one metadata request per entry; nothing when ``allow_no_files``. A job asks this
+        before it is made (``Pipeline.run``); the listing itself comes with the run."""
+        if not self.allow_no_files and isinstance(self.file_paths, (str, list)):
+            check_paths_exist(self.file_paths, self.storage_options)
 
     def _records(self) -> list[tuple[str, int]]:
         return gather_file_records(

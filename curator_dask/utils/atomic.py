@@ -142,7 +142,12 @@ def _local_commit(path: str, *, fsync: bool) -> Iterator[BinaryIO]:
     directory, base = os.path.split(path)
     tmp = os.path.join(directory, temp_name(base))
     try:
-        with open(tmp, "wb") as f:
+        try:
+            f = open(tmp, "wb")  # noqa: SIM115 (closed by the with below)
+        except FileNotFoundError:  # a writer used without its prepare_output: make the folder
+            os.makedirs(directory, exist_ok=True)
+            f = open(tmp, "wb")  # noqa: SIM115
+        with f:
             yield f
             f.flush()
             if fsync:

@@ -59,6 +59,11 @@ def _keep(path: str, extensions: set[str] | None) -> bool:
     if file_extension(path) in extensions:
         return True
     name = posixpath.basename(path)
+    folded = name.casefold()
+    # an extension of several parts (".jsonl.gz") ends the name after something else
+    if any("." in e and folded.endswith("." + e) and len(folded) > len(e) + 1
+           for e in extensions):
+        return True
     if name.startswith(".") and name[1:].casefold() in extensions:
         logger.warning("Skipping %s: a hidden file named like the extension, not a .%s file "
                        "(rename it to read it)", path, name[1:])
@@ -132,12 +137,33 @@ def gather_file_infos(
         listing = [(fs.unstrip_protocol(p) if remote else p, i) for p, i in listing]
         listing = [(p, i) for p, i in listing if _keep(p, keep)]
         if require_files and not listing:
-            msg = (f"No input files: {_shown(entry)} {_why_empty(entry, roots, keep)}; "
-                   f"{_ALLOW_HINT}")
+            # a path that is not there is a typo to fix, not an empty input to accept
+            fix = _ALLOW_HINT if roots or has_magic(entry) else _check_path_hint(fs, entry)
+            msg = f"No input files: {_shown(entry)} {_why_empty(entry, roots, keep)}; {fix}"
             raise NoInputFilesError(msg)
         listing.sort(key=lambda x: x[0])
         records.extend(listing)
     return records
+
+
+def check_paths_exist(paths: str | list[str], storage_options: dict | None = None) -> None:
+    """Raise ``NoInputFilesError`` for the first entry of ``paths`` that names nothing (a path
+    that does not exist, a glob that matches nothing), with the same message as
+    :func:`gather_file_infos`; one metadata request per entry, no listing. A command-line job
+    asks this before it makes its job folder: a typo is refused before there is a job.
+
+    Example:
+        >>> check_paths_exist("memory://no-such-input/")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        curator_dask.utils.files.NoInputFilesError: No input files: memory://no-such-input/ ...
+    """
+    for entry in [paths] if isinstance(paths, str) else list(paths):
+        fs, _ = fsspec.core.url_to_fs(entry, **(storage_options or {}))
+        if not _roots(fs, entry):
+            fix = _ALLOW_HINT if has_magic(entry) else _check_path_hint(fs, entry)
+            msg = f"No input files: {_shown(entry)} {_why_empty(entry, [], None)}; {fix}"
+            raise NoInputFilesError(msg)
 
 
 def _roots(fs: fsspec.AbstractFileSystem, entry: str) -> list[tuple[str, dict]]:
@@ -162,6 +188,34 @@ def _roots(fs: fsspec.AbstractFileSystem, entry: str) -> list[tuple[str, dict]]:
         except FileNotFoundError:
             continue
     return roots
+
+
+def _check_path_hint(fs: fsspec.AbstractFileSystem, entry: str) -> str:
+    """How to fix a path that names nothing: the closest names in its parent folder, when
+    that folder exists, else its nearest existing ancestor.
+
+    Example:
+        >>> import fsspec
+        >>> fs = fsspec.filesystem("memory")
+        >>> fs.pipe("/hint-demo/input/a.jsonl", b"")
+        >>> _check_path_hint(fs, "memory:///hint-demo/inptu")
+        'check the path (did you mean /hint-demo/input?)'
+    """
+    import difflib
+
+    path = fs._strip_protocol(entry).rstrip("/")
+    parent = posixpath.dirname(path) or "."
+    try:
+        names = [posixpath.basename(n.rstrip("/")) for n in fs.ls(parent, detail=False)]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        names = []
+    close = difflib.get_close_matches(posixpath.basename(path), names, n=1, cutoff=0.6)
+    if close:
+        return f"check the path (did you mean {posixpath.join(parent, close[0])}?)"
+    while parent not in ("", "/", ".") and not fs.exists(parent):
+        parent = posixpath.dirname(parent)
+    return f"check the path ({parent} exists, the rest does not)" if parent not in (
+        "", "/", ".") else "check the path"
 
 
 def _shown(entry: str) -> str:

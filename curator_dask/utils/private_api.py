@@ -156,6 +156,53 @@ def slurm_job_template(cluster: Any) -> Any:
     return cluster._dummy_job
 
 
+def abandon_starting_clusters(before: set[int]) -> None:
+    """A ``LocalCluster`` whose start was interrupted (Ctrl+C while ``SpecCluster.__init__``
+    waits for its workers) is left in ``SpecCluster._instances`` with workers in
+    ``Status.init``, and distributed's ``close_clusters`` at exit then fails on
+    ``assert w.status in {closing, closed, failed}`` with a traceback after the run's one
+    line (issue 32, item 7). For each cluster made since ``before`` (the ``id`` of the
+    instances there were): kill the worker processes its Nannies started (they may still be
+    in their start, so a graceful close would wait on them), and take it out of
+    ``_instances`` so that exit does not try to close it (distributed 2026.8.0:
+    ``SpecCluster._instances``, ``SpecCluster.workers``, ``Nanny.process.process.pid``)."""
+    import contextlib
+    import os
+    import signal
+
+    from distributed.deploy.spec import SpecCluster
+
+    for cluster in [c for c in list(SpecCluster._instances) if id(c) not in before]:
+        for nanny in list(getattr(cluster, "workers", {}).values()):
+            pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+            if pid:
+                with contextlib.suppress(OSError):  # gone already
+                    os.kill(pid, signal.SIGKILL)
+        cluster.shutdown_on_close = False
+        SpecCluster._instances.discard(cluster)
+        loop = getattr(getattr(cluster, "loop", None), "asyncio_loop", None)
+        if loop is not None:  # the Nannies' start tasks now fail, and nobody awaits them
+            loop.set_exception_handler(_quiet_abandoned_start)
+
+
+def _quiet_abandoned_start(loop: Any, context: dict[str, Any]) -> None:
+    """The exception handler of an abandoned cluster's event loop: the Nannies whose worker
+    processes were killed fail their start in tasks nobody awaits any more ("Task exception
+    was never retrieved ... Nanny failed to start"); anything else as asyncio reports it."""
+    error = context.get("exception")
+    if isinstance(error, RuntimeError) and "failed to start" in str(error):
+        return
+    loop.default_exception_handler(context)
+
+
+def spec_cluster_ids() -> set[int]:
+    """The ``id`` of every ``SpecCluster`` of this process (``SpecCluster._instances``, a weak
+    set; distributed 2026.8.0), for :func:`abandon_starting_clusters`."""
+    from distributed.deploy.spec import SpecCluster
+
+    return {id(c) for c in list(SpecCluster._instances)}
+
+
 def missing() -> list[str]:
     """The private attributes above that the installed versions lack (modules not installed
     are skipped). It imports them: for tests and upgrades, not for runs."""
@@ -184,6 +231,8 @@ def missing() -> list[str]:
     checks = {
         "distributed.utils": ("_forkserver_preload_set",),
         "distributed.scheduler": ("Scheduler._broker",),
+        "distributed.deploy.spec": ("SpecCluster._instances", "SpecCluster.workers"),
+        "distributed.nanny": ("Nanny.process",),
         "distributed.shuffle._scheduler_plugin": (),
         "dask_jobqueue.core": ("JobQueueCluster._dummy_job",),
         "dask.dataframe": ("DataFrame._meta",),

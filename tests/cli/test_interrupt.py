@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from curator_dask.sample_data import generate_jsonl
-from tests.helpers import CLI, completed_ids, in_terminal, slow_pipeline
+from tests.helpers import CLI, completed_ids, in_terminal, poll_for, slow_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -93,3 +93,58 @@ def test_a_script_without_logging_says_what_it_skips_in_its_log(tmp_path):
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
     assert "3 source partitions: 0 already complete (skipped), 3 to process" in runs[0].stderr
     assert "3 source partitions: 3 already complete (skipped), 0 to process" in runs[1].stderr
+
+
+GATE_PRELOAD = """
+import os, signal, time
+
+def dask_setup(worker):
+    # the worker's start waits here until the gate opens (at most 120 s): Ctrl+C comes while
+    # the cluster starts, as an event, not a time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as curator_dask's own preload does
+    open(os.path.join({folder!r}, f"starting-{{os.getpid()}}"), "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join({folder!r}, "gate-open")) and \\
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+GATED_RUN = """
+import os
+from curator_dask import DaskExecutor
+executor = DaskExecutor(n_workers=2, cluster_kwargs={"preload": [os.path.abspath("gate.py")]})
+build().run(executor=executor, checkpoint_path="ckpt")
+"""
+
+
+def test_ctrl_c_while_the_cluster_starts_says_nothing_started_in_one_line(tmp_path):
+    """Issue 32, item 7: Ctrl+C while the embedded cluster starts printed tracebacks
+    (distributed's ``close_clusters`` at exit: ``AssertionError: Status.init``) and "0 of 0
+    source partitions recorded as complete". Now one line that says nothing started, no
+    worker process left, and the next run is clean."""
+    import psutil
+
+    (tmp_path / "gate.py").write_text(GATE_PRELOAD.format(folder=str(tmp_path)))
+    (tmp_path / "script.py").write_text(slow_pipeline(0.1) + GATED_RUN)
+    generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=2, seed=7)
+
+    def starting() -> list[int]:
+        return [int(p.name.split("-")[1]) for p in tmp_path.glob("starting-*")]
+
+    status, text = in_terminal([sys.executable, "script.py"], tmp_path, when=starting,
+                               then=lambda pid: os.killpg(pid, signal.SIGINT))
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT, (status, text)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines == ["Interrupted (Ctrl+C) before any source partition started: nothing was "
+                     "processed or written; run it again to start over"], text
+    assert not (tmp_path / "ckpt" / ".nemo_curator_metadata").exists()  # no checkpoint opened
+    assert outputs(tmp_path) == 0
+    # the workers caught in their start were ended, not left waiting at the gate
+    poll_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status()
+                             != psutil.STATUS_ZOMBIE for p in starting()), 30,
+             lambda: f"workers left running: {starting()}")
+
+    (tmp_path / "gate-open").touch()
+    status, text = in_terminal([sys.executable, "script.py"], tmp_path)
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "Traceback" not in text and "Error" not in text, text
+    assert len(completed_ids(tmp_path / "ckpt")) == 4 and outputs(tmp_path) == 4

@@ -193,9 +193,14 @@ def _local_cluster(environ: dict[str, Any], kwargs: dict[str, Any], method: str)
 
     if method == "forkserver":  # ours is set: distributed must not import its own list here
         private_api.skip_distributed_forkserver_preload()
+    before = private_api.spec_cluster_ids()
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
                           "distributed.worker.multiprocessing-method": method}):
-        return LocalCluster(**kwargs)
+        try:
+            return LocalCluster(**kwargs)
+        except KeyboardInterrupt:  # Ctrl+C while it started: no traceback at exit, no worker left
+            private_api.abandon_starting_clusters(before)
+            raise
 
 
 class _FreezeAtExit:

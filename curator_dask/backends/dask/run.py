@@ -22,7 +22,7 @@ from curator_dask.backends.base import (
     RunEnd,
     RunObserver,
     RunOptions,
-    prepare_outputs_and_root_ids,
+    prepare_outputs,
 )
 from curator_dask.backends.counts import StageCount
 from curator_dask.backends.dask import source_feed
@@ -39,6 +39,7 @@ from curator_dask.dedup.id_generator_run import NoRunIds, ids_for_run
 from curator_dask.errors import (
     RunStopped,
     StageError,
+    nothing_started,
     run_interrupted,
     stop_summary,
     warn_partial_run,
@@ -132,14 +133,17 @@ class DaskRun:
 
     def prepare(self) -> None:
         """When the run is made, before anything starts: refuse what cannot run, check the id
-        generator, apply the writers' output modes, give user-given initial tasks their root
-        ids, make the array shard (``run.json``), and plan."""
+        generator, give user-given initial tasks their root ids, make the array shard
+        (``run.json``), and plan. The writers' output modes and folders wait for the inputs
+        (:meth:`steps`)."""
         stages, options = self.stages, self.options
         refuse_ray_only(stages)
         refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
         self.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails here
-        # after every refusal: a refused pipeline has deleted nothing
-        prepare_outputs_and_root_ids(stages, options.checkpoint_path, self.given)
+        if self.given:  # the writers' folders once the inputs are found (steps)
+            from curator_dask.lineage import assign_root_task_ids
+
+            assign_root_task_ids(self.given)
         self.initial = list(self.given or [EmptyTask()])
         from curator_dask.slurm.run import ArrayShardRun
 
@@ -164,6 +168,8 @@ class DaskRun:
         settle_source(self.stages, self.plan, self.options, self.observer)
         if self.plan.head_group is None:  # file discovery needs no cluster: first
             self.run_head_on_driver()
+        # after every refusal, the inputs' included: a refused run has made and deleted nothing
+        prepare_outputs(self.stages, self.options.checkpoint_path)
         self.connect()
         check_resources(self.client, self.stages, self.plan,
                         getattr(self.executor.cluster, "worker_resources", None))
@@ -206,6 +212,12 @@ class DaskRun:
         todo, skipped, more = self.n_todo, self.skipped, False
         if self.feed is not None and not self.feed.exhausted:  # what it had given so far
             todo, skipped, more = self.feed.total - self.feed.skipped, self.feed.skipped, True
+        if todo == 0 and collected == 0 and not self.live.cut and not more:
+            # before any source started (the cluster's start, the head): "0 of 0" says nothing
+            counted = nothing_started(skipped=skipped, checkpoint=self.options.checkpoint_path)
+            if isinstance(stop, KeyboardInterrupt):
+                return run_interrupted(f"Interrupted (Ctrl+C) {counted}")
+            return RunStopped(f"{stop}: stopped {counted}")
         counted = stop_summary(
             done=(self.summary or {}).get("completed_in_run", collected), todo=todo,
             skipped=skipped, collected=collected, cut=self.live.cut,

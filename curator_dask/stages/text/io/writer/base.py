@@ -6,6 +6,8 @@ See docs/design/contract.md §6.2.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -14,7 +16,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from curator_dask import lineage
-from curator_dask.errors import OverwriteWithCheckpointError
+from curator_dask.errors import OutputFolderError, OverwriteWithCheckpointError
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, FileGroupTask
 from curator_dask.utils.atomic import remove_stale_temp_files, write_atomic
@@ -50,6 +52,36 @@ def overwrite_refused(writer: Any, checkpoint_path: str,
                "Use mode='ignore' (outputs are replaced file by file); to rebuild every "
                f"output, mode='ignore' with {fresh}")
     return OverwriteWithCheckpointError(msg)
+
+
+def make_writable_folder(fs: fsspec.AbstractFileSystem, path: str, *, shown: str) -> None:
+    """Make the folder ``path`` (file-system form) and, on a local file system, check that a
+    file can be created in it (a read-only mount, missing permissions); ``shown`` leads the
+    message of the ``OutputFolderError`` raised otherwise.
+
+    Example:
+        >>> root = tempfile.mkdtemp()
+        >>> make_writable_folder(fsspec.filesystem("file"), f"{root}/out", shown="out")
+        >>> os.path.isdir(f"{root}/out")
+        True
+    """
+    try:
+        fs.makedirs(path, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputFolderError(f"{shown} is a file, not a folder (or lies under one); give "
+                                "a folder path") from None
+    except OSError as exc:
+        raise OutputFolderError(f"{shown} cannot be made: {exc.strerror or exc}; give a "
+                                "folder this user can write to") from None
+    if not isinstance(fs, LocalFileSystem):
+        return  # object stores have no folders to check; their errors name the object
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".curator-dask-probe-")
+    except OSError as exc:
+        raise OutputFolderError(f"{shown} is not writable ({exc.strerror or exc}); give a "
+                                "folder this user can write to") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 @dataclass
@@ -104,14 +136,22 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
         if self.mode == "error" and self.fs.exists(self._fs_path):
             msg = f"Output directory {self.path} already exists"
             raise FileExistsError(msg)
-        self.fs.makedirs(self._fs_path, exist_ok=True)
+        if isinstance(self.fs, LocalFileSystem) and self.fs.isfile(self._fs_path):
+            raise OutputFolderError(f"{self.name}: output path {self.path} is a file, not a "
+                                    "folder; give a folder path (one file is written per "
+                                    "partition into it)")
+        # the folder is made by prepare_output, once the run found its inputs: a run refused
+        # before it starts (a misspelled input path) leaves no empty output folder behind
         if self.fsync is None:
             from curator_dask import config
 
             self.fsync = bool(config.get("io.fsync"))
 
     def prepare_output(self, *, checkpoint_path: str | None = None) -> None:
-        """Driver-side, once before the run: apply ``mode="overwrite"``.
+        """Driver-side, once before the run, after the inputs were found: apply
+        ``mode="overwrite"``, make the folder and check that this process can write into it
+        (``OutputFolderError`` naming it, before any cluster starts, rather than a worker's
+        error naming a hidden temp file).
 
         The directory is emptied here rather than when the stage is built, so that a pipeline
         refused for another reason has deleted nothing.
@@ -121,13 +161,13 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
             if removed:
                 logger.info("%s: removed %d temp files of killed writers in %s", self.name,
                             len(removed), self.path)
-        if self.mode != "overwrite":
-            return
-        if checkpoint_path is not None:
-            raise overwrite_refused(self, checkpoint_path)
-        if self.fs.exists(self._fs_path):
-            self.fs.rm(self._fs_path, recursive=True)
-        self.fs.makedirs(self._fs_path, exist_ok=True)
+        if self.mode == "overwrite":
+            if checkpoint_path is not None:
+                raise overwrite_refused(self, checkpoint_path)
+            if self.fs.exists(self._fs_path):
+                self.fs.rm(self._fs_path, recursive=True)
+        make_writable_folder(self.fs, self._fs_path, shown=f"{self.name}: output folder "
+                             f"{self.path}")
 
     def get_file_extension(self) -> str:
         return self.file_extension
