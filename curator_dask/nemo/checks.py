@@ -83,10 +83,30 @@ def refuse_overwrite_with_checkpoint(stages: Sequence[Any], options: Any) -> Non
         done = completed_count(checkpoint, options.checkpoint_storage_options)
         lost = ""
         if done:
+            aside = set_completions_aside(checkpoint, options.checkpoint_storage_options)
             lost = (f"NeMo's {type(stage).__name__}(mode='overwrite') already emptied "
                     f"{stage.path} when it was constructed: the outputs of the {done} sources "
-                    "the checkpoint records as complete are gone, and this run would skip them")
+                    "the checkpoint records as complete are gone, so their completions were "
+                    f"set aside (moved to {aside}) and the next run on this checkpoint redoes "
+                    "them")
         raise overwrite_refused(stage, checkpoint, lost)
+
+
+def set_completions_aside(checkpoint: str, storage_options: dict | None = None) -> str:
+    """Move the checkpoint's completion records (its ``.nemo_curator_metadata`` folder) to a
+    dated folder beside them, kept, not deleted: the sources they name lost their outputs
+    (issue 32, item 6), so no later run may skip them. Returns the new folder's path."""
+    import time
+
+    import fsspec
+
+    from curator_dask.resumability.layout import METADATA_DIRNAME
+
+    fs, root = fsspec.core.url_to_fs(checkpoint, **(storage_options or {}))
+    source = f"{root.rstrip('/')}/{METADATA_DIRNAME}"
+    target = f"{source}.outputs-lost-{time.strftime('%Y%m%dT%H%M%S')}"
+    fs.mv(source, target, recursive=True)
+    return target if "://" not in checkpoint else fs.unstrip_protocol(target)
 
 
 def completed_count(checkpoint: str, storage_options: dict | None = None) -> int:

@@ -12,7 +12,7 @@ from nemo_curator.stages.text.io.reader import JsonlReader as NemoJsonlReader
 from nemo_curator.stages.text.io.writer import JsonlWriter as NemoJsonlWriter
 
 from curator_dask import JsonlReader, JsonlWriter, Pipeline
-from tests.helpers import cli
+from tests.helpers import cli, completed_ids
 from tests.nemo.nemo_pipelines import write_input
 
 LEAD = "JsonlWriter 'jsonl_writer': mode='overwrite' cannot be combined with checkpoint_path="
@@ -70,9 +70,19 @@ def test_overwrite_writer_built_after_a_checkpointed_run_is_refused_as_already_e
     message = str(refusal_of(lambda: again.run(executor=executor, checkpoint_path=str(ckpt))))
     assert message.startswith(f"{LEAD}{str(ckpt)!r}: NeMo's JsonlWriter(mode='overwrite') "
                               f"already emptied {out} when it was constructed: the outputs of "
-                              "the 2 sources the checkpoint records as complete are gone")
+                              "the 2 sources the checkpoint records as complete are gone, "
+                              "so their completions were set aside (moved to "
+                              f"{ckpt}/.nemo_curator_metadata.outputs-lost-")
     assert f"run with a fresh checkpoint path (or delete {ckpt})" in message
     assert "mode='ignore'" in message
+
+    # Nothing lost for good (issue 32, item 6): the checkpoint no longer records the sources
+    # whose outputs are gone, so the next ordinary run on it writes them again.
+    assert not (ckpt / ".nemo_curator_metadata").exists()
+    assert len(list(ckpt.glob(".nemo_curator_metadata.outputs-lost-*"))) == 1
+    redone = nemo_pipeline(data, out, "ignore").run(executor=executor, checkpoint_path=str(ckpt))
+    assert len(redone) == 2 and sorted(p.name for p in out.iterdir()) == written
+    assert len(completed_ids(ckpt)) == 2
 
     # The fix it names rebuilds them: a fresh checkpoint path and mode="ignore".
     rebuilt = nemo_pipeline(data, out, "ignore").run(executor=executor,
