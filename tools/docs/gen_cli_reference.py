@@ -22,13 +22,19 @@ EXIT_CODES_PAGE = "guarantees.md#exit-codes"
 _SPECIAL = re.compile(r"([\\*_\[\]{}])")
 
 
+_DOCS_PAGE = re.compile(r"docs/([\w-]+)\.md")
+
+
 def escape(text: str) -> str:
-    """Escape Markdown outside backtick spans (help strings use `code` spans)."""
-    parts = re.split(r"(`[^`]*`)", text)
+    """Escape Markdown outside backtick spans (help strings use `code` spans); a page named
+    as ``docs/<page>.md`` becomes a link to it."""
+    parts = re.split(r"(`[^`]*`|docs/[\w-]+\.md)", text)
     out = []
     for part in parts:
         if part.startswith("`") and part.endswith("`") and len(part) > 1:
             out.append(part)
+        elif _DOCS_PAGE.fullmatch(part):
+            out.append(f"[{part}]({_DOCS_PAGE.fullmatch(part).group(1)}.md)")
         else:
             out.append(_SPECIAL.sub(r"\\\1", part).replace("<", "&lt;"))
     return "".join(out)
