@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Print the shards of an array run that wrote no completion manifest, as an "
             "sbatch --array expression (--format array) or as 'ARRAY OFFSET MINIMUM TOTAL' "
-            "lines (--format fields). Prints nothing when every shard completed."
+            "lines (--format fields). When every shard completed, stdout stays empty and "
+            "stderr says so."
         ),
     )
     retry.add_argument("--checkpoint-path", required=True, help="the array run's checkpoint")
@@ -44,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Render an sbatch array script that runs PIPELINE as array shards with a shared "
             "checkpoint (each task processes the sources whose sha256(task id) falls in its "
-            "shard), submit it and print the job id. --dry-run prints the script instead."
+            "shard), submit it and print the job id alone on stdout (where the logs are, how to "
+            "follow the job and how to retry its shards go to stderr). --dry-run prints the "
+            "script instead."
         ),
     )
     submit.add_argument("pipeline", metavar="PIPELINE", help="pipeline.yaml or file.py:function")
@@ -211,6 +214,11 @@ def cmd_slurm_retry(args: argparse.Namespace) -> int:
         parser.error("Slurm array run configuration was not found. Use the same checkpoint "
                      "path as the original array run.")
     submissions = build_slurm_array_retry_submissions(plan, args.max_array_size)
+    if not submissions:  # stdout stays empty: scripts read it as "no shard to run again"
+        print(f"{PROG} slurm retry: every shard of the array run in {args.checkpoint_path} "
+              f"wrote its completion manifest: nothing to {'resubmit' if args.submit else 'retry'}",
+              file=sys.stderr)
+        return EXIT_OK
     cpus = None
     for submission in submissions:
         expr = format_slurm_array_indices(submission.array_indices)
@@ -229,6 +237,7 @@ def cmd_slurm_retry(args: argparse.Namespace) -> int:
                 _check_with_sbatch(args, spec)
             job_id = submit_script(render_array_script(spec))
             print(f"submitted {expr} (offset {submission.shard_index_offset}) as job {job_id}")
+            print(follow_hint("retry", job_id, spec, args), file=sys.stderr)
         elif args.format == "array":
             print(expr)
         else:
@@ -264,5 +273,66 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
     _check_pipeline_file(args.pipeline)
     spec = _job_spec(args, args.pipeline, _fitted_cpus(args, "submit"), **shards)
     _check_with_sbatch(args, spec)
-    print(submit_script(render_array_script(spec)))
+    job_id = submit_script(render_array_script(spec))
+    print(job_id)  # alone on stdout: JOB=$(python -m curator_dask slurm submit ...)
+    print(follow_hint("submit", job_id, spec, args), file=sys.stderr)
     return EXIT_OK
+
+
+# the job options of `add_job_options` that `slurm retry --submit` takes again, with their
+# defaults (an option at its default is left out of the retry command)
+RETRY_OPTIONS = (("--partition", "partition", None), ("--time", "time", "01:00:00"),
+                 ("--cpus-per-task", "cpus_per_task", None), ("--mem", "mem", None),
+                 ("--nodes", "nodes", 1), ("--job-name", "job_name", "curator-array"),
+                 ("--output", "output", "array_%A_%a.log"),
+                 ("--signal-grace", "signal_grace", 120),
+                 ("--dask-runner-tasks", "dask_runner_tasks", None))
+
+
+def retry_command(spec, args: argparse.Namespace) -> str:
+    """The command that resubmits the shards of ``spec``'s array run that did not complete,
+    with the job options given to this command."""
+    import shlex
+
+    words = [*PROG.split(), "slurm", "retry", "--checkpoint-path", spec.checkpoint_path,
+             "--submit", spec.pipeline]
+    for option, name, default in RETRY_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None and value != default:
+            words += [option, str(value)]
+    words += ["--requeue"] if args.requeue else []
+    words += ["--no-check"] if args.no_check else []
+    for module in args.allow_target_module:
+        words += ["--allow-target-module", module]
+    return shlex.join(words)
+
+
+def follow_hint(command: str, job_id: str, spec, args: argparse.Namespace) -> str:
+    """What ``slurm submit`` (and ``retry --submit``) says on stderr after the job id: where
+    each array task logs, how to follow the job, and how to retry the shards that fail.
+
+    Example:
+        >>> from curator_dask.slurm.sbatch import ArrayJobSpec
+        >>> spec = ArrayJobSpec(pipeline="/p/pipe.yaml", array="3-5", checkpoint_path="/ck",
+        ...                     workdir="/p")
+        >>> args = argparse.Namespace(requeue=False, no_check=False, allow_target_module=[])
+        >>> print(follow_hint("submit", "42", spec, args))  # doctest: +NORMALIZE_WHITESPACE
+        python -m curator_dask slurm submit: submitted array job 42 (array tasks 3-5); each
+        task logs to /p/array_42_<task>.log (--output array_%A_%a.log)
+          follow it: squeue -j 42; tail -f /p/array_42_3.log
+          when it has ended, resubmit the shards that did not complete: python -m curator_dask
+        slurm retry --checkpoint-path /ck --submit /p/pipe.yaml
+    """
+    import os
+    import re
+
+    log = os.path.join(spec.workdir, spec.output)  # sbatch reads it from the submit directory
+    log = log.replace("%A", job_id).replace("%j", job_id)
+    first = re.match(r"\d+", spec.array)
+    return (f"{PROG} slurm {command}: submitted array job {job_id} (array tasks "
+            f"{spec.array}); each task logs to {log.replace('%a', '<task>')} (--output "
+            f"{spec.output})\n"
+            f"  follow it: squeue -j {job_id}; tail -f "
+            f"{log.replace('%a', first.group(0) if first else '0')}\n"
+            "  when it has ended, resubmit the shards that did not complete: "
+            f"{retry_command(spec, args)}")

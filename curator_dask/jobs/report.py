@@ -90,9 +90,13 @@ def _attempts_section(attempts: list[Attempt]) -> list[str]:
 def _sources_section(summary: dict[str, Any], last: Attempt) -> list[str]:
     src = summary.get("sources") or {}
     out = [_h2("Sources", last.label),
-           _table(["sources", "total", "skipped", "to process", "completed", "failed"],
-                  [["", src.get("total"), src.get("skipped"), src.get("to_process"),
-                    src.get("completed"), src.get("failed")]])]
+           _table(["attempt", "total", "skipped", "to process", "completed", "failed",
+                   "cancelled (pending)"],
+                  [[last.short, src.get("total"), src.get("skipped"), src.get("to_process"),
+                    src.get("completed"), src.get("failed"),
+                    summary.get("cancelled_at_end") or 0]]),
+           "<p class='legend'>completed: recorded complete in the checkpoint; cancelled: "
+           "running when the attempt ended and not recorded (a resume runs them again).</p>"]
     if summary.get("state") == "completed_with_failures":
         ids = ", ".join(str(i) for i in summary.get("failed_source_ids") or [])
         out.append(f"<p class='failures'>{escape(str(src.get('failed')))} sources failed (a "

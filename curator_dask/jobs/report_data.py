@@ -54,7 +54,9 @@ class Attempt:
             ``running`` or ``no end recorded``.
         to_process, skipped: the sources it planned to process and those it skipped
             (completed before it), from its ``sources_planned`` record.
-        completed: sources it completed (its ``source_complete`` records).
+        completed: sources it completed: what its end record says the checkpoint recorded
+            (``completed``), else its ``source_complete`` records (no end record, or a log
+            written before end records counted them).
         dask_tasks: Dask tasks it recorded one by one (its per-task records).
 
     Example:
@@ -127,10 +129,18 @@ def job_attempts(events: list[dict[str, Any]], summary: dict[str, Any]) -> list[
         out.append(Attempt(
             number=number, total=len(by_run), run_id=run_id, started=started, ended=ended,
             outcome=outcome, to_process=planned.get("to_process"), skipped=planned.get("skipped"),
-            completed=sum(int(e.get("count") or 0) for e in records
-                          if e.get("type") == "source_complete"),
+            completed=_completed(records, ends),
             dask_tasks=len(tasks)))
     return out
+
+
+def _completed(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> int:
+    """An attempt's completed sources: its end record's count, read from the checkpoint
+    (chains recorded there but not collected by the driver included), else its
+    ``source_complete`` records."""
+    if ends and isinstance(ends[-1].get("completed"), int):
+        return int(ends[-1]["completed"])
+    return sum(int(e.get("count") or 0) for e in records if e.get("type") == "source_complete")
 
 
 def fusion_groups(plan: dict[str, Any] | None) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The report's two bokeh plots: rows processed by fusion group (cumulative) and task durations.
 
 Both cover every attempt of the job: a dashed line marks where each attempt started (when there
-are several), and the legend sits to the right of the plot, off the lines and points (inside
-the plot it hid the points of the last seconds, where a legend's default corner is).
+are several; the plotted range takes in every start, the first one included), and the legend
+sits to the right of the plot, off the lines and points (inside the plot it hid the points of
+the last seconds, where a legend's default corner is).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from curator_dask.jobs.report_data import (
 )
 
 LEGEND_SIDE = "right"  # where each plot's legend goes (a side panel, not over the data)
+ATTEMPT_STARTS = "attempt starts"  # the name of the invisible points at the attempts' starts
 
 
 def _utc(t: float) -> datetime.datetime:
@@ -45,6 +47,12 @@ def _finish(fig: Any, attempts: list[Attempt]) -> Any:
     legend.click_policy = "hide"
     if len(attempts) < 2:
         return fig
+    starts = [t for t in (parse_ts(a.started) for a in attempts) if t is not None]
+    # An attempt starts before its first Dask task ends (its cluster starts in between), so
+    # the first start lies left of the data, where a range fit to the data clips its marker:
+    # invisible points there take the starts into the range.
+    fig.scatter([_utc(t) for t in starts], [0] * len(starts), alpha=0, size=0,
+                name=ATTEMPT_STARTS)
     for attempt in attempts:
         start = parse_ts(attempt.started)
         if start is None:
@@ -86,7 +94,8 @@ def durations_figure(records: list[dict[str, Any]], attempts: list[Attempt]) -> 
         })
         fig.scatter("x", "y", source=source, legend_label=stage, size=5, alpha=0.6,
                     color=Category10_10[i % 10])
-    fig.add_tools(HoverTool(tooltips=[("task", "@task"), ("attempt", "@attempt"),
+    fig.add_tools(HoverTool(renderers=list(fig.renderers),  # not the attempts' starts
+                            tooltips=[("task", "@task"), ("attempt", "@attempt"),
                                       ("seconds", "@y{0.000}"), ("rows in", "@rows")]))
     return _finish(fig, attempts)
 
