@@ -158,15 +158,15 @@ def test_a_lazy_source_that_raises_fails_the_run_and_keeps_what_completed(execut
 def test_where_the_run_needs_every_source_it_takes_the_list(executor, tmp_path, caplog):
     marks = tmp_path / "marks"
     marks.mkdir()
-    with caplog.at_level(logging.INFO, logger="curator_dask.backends.dask.source_feed"):
+    with caplog.at_level(logging.DEBUG, logger="curator_dask.backends.dask.source_feed"):
         # file groups in a checkpointed run: the partition record compares them all first
         got = Pipeline(name="files").add_stage(FilesThenMark(n=50, marks=str(marks))).add_stage(
             Mark(marks=str(marks))).run(executor=executor, checkpoint_path=str(tmp_path / "c"))
     assert len(got) == 50 and seen(marks) == 0  # all made before any was sent
-    assert "taking them all at once: the checkpoint's partition record" in caplog.text
+    assert "taking them all at once: the checkpoint's partitioning check" in caplog.text
     assert (tmp_path / "c").exists()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="curator_dask.backends.dask.source_feed"):
+    with caplog.at_level(logging.DEBUG, logger="curator_dask.backends.dask.source_feed"):
         alone = Pipeline(name="alone").add_stage(Items(n=30)).run(executor=executor)
     assert sorted(t.data for t in alone) == [f"item{i:05d}" for i in range(30)]
     assert "taking them all at once: the source stage's tasks are the run's outputs" in (

@@ -237,5 +237,8 @@ class StageBars:
     def close(self) -> None:
         with self._lock:
             for bar in self.bars.values():
+                if bar.total is None:  # a lazy source's count is known now: "8/8", not "8/?"
+                    bar.total = bar.n
+                    bar.refresh()
                 bar.close()
         self._logs.close()

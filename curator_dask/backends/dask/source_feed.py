@@ -217,15 +217,17 @@ def feed_or_list(run: Any, lazy: LazySourceTasks) -> SourceFeed | list[Any]:
 
         first = list(itertools.islice(lazy, CHECK_BLOCK))
         if file_groups(first):
-            why = "the checkpoint's partition record compares every file group first"
+            why = ("the checkpoint's partitioning check (partitioning.json) compares every "
+                   "file group first")
+    # engine detail, not what a user asked: DEBUG (the CLI's -v shows it)
     if why is not None:
-        logger.info("the source stage gives its tasks lazily; taking them all at once: %s", why)
+        logger.debug("the source stage gives its tasks lazily; taking them all at once: %s", why)
         try:
             return first + list(lazy)
         finally:
             lazy.close()
-    logger.info("the source stage gives its tasks lazily: they are pulled as the run goes, and "
-                "counted when the last has come")
+    logger.debug("the source stage gives its tasks lazily: they are pulled as the run goes, and "
+                 "counted when the last has come")
     completion = run.completion
     return SourceFeed(lazy, first=first, on_exhausted=run.feed_exhausted,
                       completed=completion.completed_source_ids if completion else None)
