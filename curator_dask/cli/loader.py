@@ -30,9 +30,12 @@ are taken from that folder (``cli/targets.py``, ``PATH_ARGUMENTS``).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Iterable
@@ -90,6 +93,10 @@ def import_object(path: str, where: str) -> Any:
         if hasattr(module, attr):
             return getattr(module, attr)
         error = f"module {mirror or module_name!r} has no attribute {attr!r}"
+        close = difflib.get_close_matches(attr, [n for n in dir(module)
+                                                 if not n.startswith("_")], n=1)
+        if close:
+            error += f"; did you mean {module_name}.{close[0]}?"
     if mirror:
         msg = (f"{where}: cannot import {path!r}: NeMo Curator is not installed (pip install "
                f"'curator_dask[nemo]') and curator_dask has no {mirror}.{attr} to use instead")
@@ -122,7 +129,28 @@ def _build(value: Any, where: str, rule: TargetRule, base: str | None,
     try:
         return target(**kwargs)
     except (TypeError, ValueError, NotImplementedError, FileExistsError) as exc:
-        raise PipelineDefinitionError(f"{where} ({name}): {exc}") from None
+        raise PipelineDefinitionError(f"{where} ({name}): {exc}{_closest_parameter(target, exc)}"
+                                      ) from None
+
+
+def _closest_parameter(target: type, error: Exception) -> str:
+    """``; did you mean 'file_paths'?`` for a misspelled keyword argument of ``target``.
+
+    Example:
+        >>> from curator_dask import JsonlReader
+        >>> _closest_parameter(JsonlReader, TypeError(
+        ...     "JsonlReader.__init__() got an unexpected keyword argument 'file_path'"))
+        "; did you mean 'file_paths'?"
+    """
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+    if not isinstance(error, TypeError) or found is None:
+        return ""
+    try:
+        names = [p for p in inspect.signature(target).parameters if p not in ("self",)]
+    except (TypeError, ValueError):
+        return ""
+    close = difflib.get_close_matches(found.group(1), names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def pipeline_from_mapping(spec: Any, source: str = "pipeline", rule: TargetRule | None = None,

@@ -102,6 +102,20 @@ def dedup_misspelled_input(tmp: Path) -> list[str]:
     return ["dedup", "exact", "inptu", "--output", "dd"]
 
 
+def unknown_target(tmp: Path) -> list[str]:
+    _good(tmp / "in")
+    (tmp / "p.yaml").write_text(PIPELINE.format(input="in", output="out", reader_extra="")
+                                .replace("curator_dask.JsonlReader", "curator_dask.JsonlReadr"))
+    return ["run", "p.yaml"]
+
+
+def misspelled_parameter(tmp: Path) -> list[str]:
+    _good(tmp / "in")
+    (tmp / "p.yaml").write_text(PIPELINE.format(input="in", output="out", reader_extra="")
+                                .replace("file_paths:", "file_path:"))
+    return ["run", "p.yaml"]
+
+
 CASES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
     # name: (make the case, exit code, what the one line says)
     "broken-line": (broken_line, 1, "Malformed JSON in"),
@@ -114,6 +128,8 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
     "dedup-exact-broken-line": (dedup_exact_broken_line, 1, "Malformed JSON in"),
     "dedup-fuzzy-broken-line": (dedup_fuzzy_broken_line, 1, "Malformed JSON in"),
     "dedup-misspelled-input": (dedup_misspelled_input, 2, "check the path"),
+    "unknown-target": (unknown_target, 2, "did you mean curator_dask.JsonlReader?"),
+    "misspelled-parameter": (misspelled_parameter, 2, "did you mean 'file_paths'?"),
 }
 
 
