@@ -48,6 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="lowercase, collapse whitespace and strip before hashing")
         p.add_argument("--checkpoint-path", metavar="PATH",
                        help="resume a killed run: completed partitions and phases are skipped")
+        p.add_argument("--verify-inputs", choices=["off", "fingerprint", "content"],
+                       default="fingerprint",
+                       help="with --checkpoint-path: read again the input files changed since "
+                            "the run that completed them (default: fingerprint, size and "
+                            "mtime; content: a sha256 of every byte)")
         p.add_argument("--remove", action="store_true",
                        help="also write the deduplicated corpus to DIR/deduplicated/")
         if kind == "fuzzy":
@@ -99,7 +104,7 @@ def _workflow(args: argparse.Namespace):
     common = dict(output_path=args.output, input_path=args.input if len(args.input) > 1
                   else args.input[0], input_filetype=_filetype(args), text_field=args.text_field,
                   normalize_text=args.normalize_text, perform_removal=args.remove,
-                  checkpoint_path=args.checkpoint_path)
+                  checkpoint_path=args.checkpoint_path, verify_inputs=args.verify_inputs)
     if args.blocksize:
         common["input_blocksize"] = args.blocksize
     if args.kind == "exact":
@@ -134,6 +139,12 @@ def cmd_dedup(args: argparse.Namespace) -> int:
         raise UsageError(f"--cluster {args.cluster} needs dask-jobqueue: pip install "
                          "'curator_dask[slurm]'")
     _check_adapt_option(args)
+    from curator_dask.utils.files import NoInputFilesError, check_paths_exist
+
+    try:  # a typo in an input path: one line before anything is made
+        check_paths_exist(list(args.input))
+    except NoInputFilesError as exc:
+        raise UsageError(str(exc)) from None
     try:
         workflow = _workflow(args)
     except (TypeError, ValueError) as exc:
@@ -151,8 +162,22 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     for key in ("id_generator_path", "duplicate_ids_path", "deduplicated_path"):
         if meta.get(key):
             print(f"  {key}: {meta[key]}")
+    if meta.get("num_duplicates"):
+        print(f"  which documents: {_groups_hint(args)}")
     sys.stdout.flush()
     return EXIT_OK
+
+
+def _groups_hint(args: argparse.Namespace) -> str:
+    """How to map the ids written to the documents (docs/deduplication.md, "Which documents")."""
+    if args.kind == "exact" and not args.id_field:
+        return ("the ids are _curator_dedup_id numbers; rerun with --id-field COLUMN to write "
+                "the corpus's own ids instead (see docs/deduplication.md, 'Which documents')")
+    if args.kind == "exact":
+        return f"the ids are the corpus's {args.id_field!r} values"
+    return (f"{args.cache}/ConnectedComponentsStage lists each linked document's "
+            "_curator_dedup_id and its group; docs/deduplication.md ('Which documents') reads "
+            "the texts of each group")
 
 
 __all__ = ["cmd_dedup", "register"]

@@ -28,22 +28,32 @@ import time
 import warnings
 from typing import Any, Literal
 
+from curator_dask.dedup.admission import check_workers_reach, hold_executor
+from curator_dask.dedup.cache_lock import CacheLock
 from curator_dask.dedup.exact_ids import (
     DUPLICATE_IDS_DIR,
     HASH_FIELDS,
     DuplicateIdsPlan,
     ExactHash,
+    check_unique_ids,
     groups_fingerprint,
+    ids_key,
     write_duplicate_ids,
 )
 from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR
-from curator_dask.dedup.phases import ID_COLUMN, check_initial_tasks, quiet_shuffle_notices
+from curator_dask.dedup.phases import (
+    ID_COLUMN,
+    check_initial_tasks,
+    quiet_shuffle_notices,
+    said_once,
+)
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
 
 logger = logging.getLogger(__name__)
 
 ID_GENERATOR_OUTPUT_FILENAME = "exact_id_generator.json"  # NeMo's name
 DEDUPLICATED_DIR = "deduplicated"
+_VERIFY_MODES = ("off", "fingerprint", "content")  # the pipeline's verify_inputs
 # NeMo's GPU settings and their defaults: accepted, not used on CPU
 _GPU_ONLY = {"rmm_pool_size": "auto", "spill_memory_limit": "auto", "use_async_memory": True,
              "env_vars": None, "identification_batchsize": 1}
@@ -57,9 +67,10 @@ class ExactDeduplicationWorkflow(WorkflowBase):
     completed file groups are not hashed again, a committed duplicates phase is not redone,
     and the ids equal a clean run's) and ``cache_path`` (where the hashes go; default
     ``<checkpoint_path>/exact_cache``, else a temporary folder under ``output_path`` removed at
-    the end). NeMo's GPU settings (``rmm_pool_size``, ``spill_memory_limit``,
-    ``use_async_memory``, ``env_vars``) and ``identification_batchsize`` are accepted and
-    ignored, with one warning when set.
+    the end), and ``verify_inputs`` (with a checkpoint: input files changed since the run that
+    hashed them are hashed again; ``"fingerprint"``, ``"content"`` or ``"off"``). NeMo's GPU
+    settings (``rmm_pool_size``, ``spill_memory_limit``, ``use_async_memory``, ``env_vars``)
+    and ``identification_batchsize`` are accepted and ignored, with one warning when set.
 
     Example:
         >>> wf = ExactDeduplicationWorkflow(output_path="out", input_path="data/",
@@ -92,6 +103,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         *,
         checkpoint_path: str | None = None,
         cache_path: str | None = None,
+        verify_inputs: str = "fingerprint",
     ) -> None:
         self.output_path = output_path
         self.input_path = input_path
@@ -113,6 +125,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         self.use_async_memory = use_async_memory
         self.checkpoint_path = checkpoint_path
         self.cache_path = cache_path
+        self.verify_inputs = verify_inputs
         self._validate_inputs()
 
     @property
@@ -132,6 +145,10 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         if self.assign_id and self.id_field is not None:
             msg = (f"id_field must be None if assign_id is True (got {self.id_field!r}): "
                    "assign_id=False uses the corpus's own ids from id_field")
+            raise ValueError(msg)
+        if self.verify_inputs not in _VERIFY_MODES:
+            msg = (f"verify_inputs must be one of {', '.join(_VERIFY_MODES)} (got "
+                   f"{self.verify_inputs!r})")
             raise ValueError(msg)
         if self.total_nparts is not None and int(self.total_nparts) < 1:
             logger.warning("total_nparts=%s is below 1; writing 1 part (NeMo's rule)",
@@ -164,11 +181,15 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             ``deduplicated_path`` after a removal); pipeline tasks ``input_filegroups`` and
             ``identification`` (one ``FileGroupTask`` per part, NeMo's metadata).
         """
-        from curator_dask.dedup.id_generator import id_generator_exists
-
         self._validate_initial_tasks(initial_tasks)
         initial_tasks = _own_file_groups(initial_tasks)
         executor = _dask_executor(executor)
+        with hold_executor(executor, "exact_deduplication"):
+            return self._run(executor, initial_tasks)
+
+    def _run(self, executor: Any, initial_tasks: list[Any] | None) -> WorkflowRunResult:
+        from curator_dask.dedup.id_generator import id_generator_exists
+
         if self.assign_id and id_generator_exists():
             msg = ("An existing id generator was found. Save it with "
                    "curator_dask.dedup.write_id_generator_to_disk (if needed) and remove it with "
@@ -179,8 +200,14 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         cache, temporary = self._cache()
         start = time.time()
         try:
-            with executor.kept_open() as client, quiet_shuffle_notices():
-                self._run_phases(executor, client, initial_tasks, cache, result)
+            with executor.kept_open() as client, quiet_shuffle_notices(), said_once():
+                check_workers_reach(client, {
+                    "output_path": self._output, "cache_path": cache,
+                    "input_path": self.input_path}, {
+                    "cache_path": self._write_storage(), "output_path": self._write_storage(),
+                    "input_path": self._read_storage()})
+                with CacheLock(cache, self._write_storage(), "exact_deduplication"):
+                    self._run_phases(executor, client, initial_tasks, cache, result)
         finally:
             if temporary:
                 _remove(cache, self._write_storage())
@@ -205,7 +232,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
                 input_blocksize=self.input_blocksize, input_file_extensions=self._extensions(),
                 read_kwargs=self.read_kwargs, id_field=self.id_field, assign_id=self.assign_id,
                 out_dir=posixpath.join(cache, "hashes"), checkpoint_path=self.checkpoint_path,
-                initial_tasks=initial_tasks)
+                initial_tasks=initial_tasks, verify_inputs=self.verify_inputs)
         hash_time = time.time() - t0
         logger.info("exact dedup: hashed %d documents in %d file groups in %.2f s",
                     phase1.num_documents, len(phase1.groups), hash_time)
@@ -214,7 +241,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
                 FileGroupTask(dataset_name="exact_deduplication", data=list(g.files))
                 for g in phase1.groups])
         t1 = time.time()
-        duplicates = self._duplicates(client, phase1, cache)
+        duplicates, key = self._duplicates(client, phase1, cache)
         duplicates_time = time.time() - t1
         result.add_pipeline_tasks("identification", [
             FileGroupTask(dataset_name=f"exact_deduplication_{DUPLICATE_IDS_DIR}",
@@ -235,9 +262,11 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             "identification_time": hash_time + duplicates_time,
             "num_duplicates": duplicates.num_duplicates, "id_generator_path": id_generator_path})
         if self.perform_removal:
-            self._remove_duplicates(executor, initial_tasks, id_generator_path, result)
+            self._remove_duplicates(executor, client, initial_tasks, id_generator_path, result,
+                                    key, phase1.num_documents)
 
-    def _duplicates(self, client: Any, phase1: Any, cache: str) -> Any:
+    def _duplicates(self, client: Any, phase1: Any, cache: str) -> tuple[Any, str]:
+        """Phase 2's result, and the key of the ids it wrote (the removal's upstream)."""
         groups = phase1.groups
         nparts = (max(1, len(groups) // 3) if self.total_nparts is None
                   else max(1, int(self.total_nparts)))
@@ -258,15 +287,30 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             frame = dd.from_pandas(pd.DataFrame({
                 ID_COLUMN: pd.Series([], dtype="int64"),
                 **{f: pd.Series([], dtype="int64") for f in HASH_FIELDS}}), npartitions=1)
-        return write_duplicate_ids(client, frame, plan, fingerprint)
+        if not self.assign_id and groups:
+            check_unique_ids(client, frame, self.id_column, nparts)
+        return write_duplicate_ids(client, frame, plan, fingerprint), ids_key(plan, fingerprint)
 
-    def _remove_duplicates(self, executor: Any, initial_tasks: list[Any] | None,
-                           id_generator_path: str | None, result: WorkflowRunResult) -> None:
+    def _remove_duplicates(self, executor: Any, client: Any, initial_tasks: list[Any] | None,
+                           id_generator_path: str | None, result: WorkflowRunResult,
+                           ids: str, num_documents: int) -> None:
         from curator_dask.dedup.removal import TextDuplicatesRemovalWorkflow
+        from curator_dask.dedup.removal_step import RemovalStep, removal_key
 
         t0 = time.time()
         deduplicated = self._join(self._output, DEDUPLICATED_DIR)
+        params = {"input_path": self.input_path, "input_filetype": self.input_filetype,
+                  "input_blocksize": self.input_blocksize, "extensions": self._extensions(),
+                  "initial_tasks": [list(t.data) for t in initial_tasks or []],
+                  "output": deduplicated, "write_kwargs": {
+                      k: repr(v) for k, v in sorted((self.write_kwargs or {}).items())
+                      if k != "storage_options"}}
+        step = RemovalStep(output=deduplicated, storage_options=self._write_storage(),
+                           checkpoint=(None if self.checkpoint_path is None
+                                       else _absolute(str(self.checkpoint_path))),
+                           key=removal_key(ids, params), num_documents=num_documents)
         if initial_tasks == []:
+            step.empty_output()
             result.extend_metadata({"removal_time": 0.0, "deduplicated_path": deduplicated,
                                     "num_duplicates_removed": 0})
             return
@@ -282,14 +326,16 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             id_generator_storage_options=self._write_storage() or None,
             output_filetype=self.input_filetype, output_kwargs=self.write_kwargs,
             # the generated ids were not in the input: the corpus keeps its own columns
-            drop_id_field=self.assign_id,
-            checkpoint_path=(None if self.checkpoint_path is None
-                             else posixpath.join(str(self.checkpoint_path), "removal")))
-        removed = removal.run(executor=executor, initial_tasks=initial_tasks)
-        result.add_pipeline_tasks("removal", removed.pipeline_tasks.get("removal"))
+            drop_id_field=self.assign_id, checkpoint_path=step.pipeline_checkpoint)
+        counts, removed = step.run(client, removal, executor, initial_tasks)
+        if counts["skipped"]:
+            logger.info("exact dedup: the removal to %s was committed by an earlier run; "
+                        "not redone", deduplicated)
+        result.add_pipeline_tasks(
+            "removal", [] if removed is None else removed.pipeline_tasks.get("removal"))
         result.extend_metadata({
             "removal_time": time.time() - t0, "deduplicated_path": deduplicated,
-            "num_duplicates_removed": removed.get_metadata("num_duplicates_removed")})
+            "num_duplicates_removed": counts["num_duplicates_removed"]})
 
     def _extensions(self) -> list[str]:
         if self.input_file_extensions:

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from curator_dask.dedup.phases import ID_COLUMN
 from curator_dask.dedup.text import normalize_text, text_md5_words
+from curator_dask.errors import CuratorDaskError
 from curator_dask.utils import private_api
 from curator_dask.utils.atomic import write_atomic
 
@@ -99,6 +100,52 @@ class DuplicateIdsResult:
     @property
     def num_duplicates(self) -> int:
         return sum(int(p["num_removal_ids"]) for p in self.parts)
+
+
+class NonUniqueIdsError(ValueError, CuratorDaskError):
+    """The corpus's own ids (``assign_id=False``) name several documents: removing by id would
+    remove documents that have no duplicate."""
+
+
+def check_unique_ids(client: Any, frame: Any, id_field: str, nparts: int) -> None:
+    """Refuse own ids that are not unique across the corpus (shuffled by id with Dask's P2P
+    shuffle, each partition's shared ids counted).
+
+    Raises:
+        NonUniqueIdsError: names an id, how many documents share it, and the fix.
+    """
+    ids = frame[[ID_COLUMN]]
+    meta = private_api.dataframe_meta(ids).assign(count=pd.Series([], dtype="int64"),
+                                                  shared=pd.Series([], dtype="int64"))
+    shuffled = ids.shuffle(on=ID_COLUMN, npartitions=nparts, shuffle_method="p2p")
+    found = client.compute(shuffled.map_partitions(_shared_ids, meta=meta)).result()
+    if found.empty:
+        return
+    first = found.sort_values("count", ascending=False).iloc[0]
+    total = int(found.drop_duplicates("shared")["shared"].sum()) if len(found) else 0
+    msg = (f"the corpus's ids are not unique (id_field {id_field!r}): id "
+           f"{first[ID_COLUMN]!r} is shared by {int(first['count'])} documents, and "
+           f"{total} ids in all are shared; removing by id would also remove documents that "
+           "have no duplicate. Make the ids unique, or let the workflow assign ids "
+           "(assign_id=True, without id_field)")
+    raise NonUniqueIdsError(msg)
+
+
+def _shared_ids(part: pd.DataFrame) -> pd.DataFrame:
+    """Up to five ids of ``part`` held by several rows, with their counts and the number of
+    such ids in the partition."""
+    counts = part[ID_COLUMN].value_counts()
+    shared = counts[counts > 1]
+    top = shared.head(5)
+    return pd.DataFrame({ID_COLUMN: pd.Series(top.index.to_list(), dtype=part[ID_COLUMN].dtype),
+                         "count": top.to_numpy(dtype="int64"),
+                         "shared": pd.Series([len(shared)] * len(top), dtype="int64")})
+
+
+def ids_key(plan: DuplicateIdsPlan, fingerprint: dict[str, Any]) -> str:
+    """A digest of what the ids phase 2 writes depend on (what its marker records)."""
+    text = json.dumps(_parameters(plan, fingerprint), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
@@ -223,13 +270,16 @@ def _committed(plan: DuplicateIdsPlan, parameters: dict[str, Any], fs: Any
 
 
 def groups_fingerprint(groups: list[Any]) -> str:
-    """A digest of phase 1's groups (files, rows, first id): the ids phase 2 writes depend on
-    them."""
+    """A digest of phase 1's groups (files, rows, first id, the writing of their hash file):
+    the ids phase 2 writes depend on them, and a group reprocessed since (its input changed)
+    has a new hash file."""
     digest = hashlib.sha256()
     for g in groups:
-        digest.update(json.dumps([list(g.files), g.rows, g.first_id]).encode())
+        digest.update(json.dumps([list(g.files), g.rows, g.first_id,
+                                  getattr(g, "version", "")]).encode())
     return digest.hexdigest()
 
 
 __all__ = ["DUPLICATE_IDS_DIR", "EXACT_DUPLICATE_GROUP_FIELD", "HASH_FIELDS", "DuplicateIdsPlan",
-           "DuplicateIdsResult", "ExactHash", "groups_fingerprint", "write_duplicate_ids"]
+           "DuplicateIdsResult", "ExactHash", "NonUniqueIdsError", "check_unique_ids",
+           "groups_fingerprint", "ids_key", "write_duplicate_ids"]

@@ -99,7 +99,10 @@ class SignatureWriterStage(ProcessingStage[DocumentBatch, FileGroupTask]):
         if self.id_field:
             out = out.append_column(ID_COLUMN, table.column(self.id_field))
         key = group_key(files)
-        meta = {_META_KEY: json.dumps({"files": files, "rows": table.num_rows}).encode()}
+        # "written" tells this file from one an earlier run wrote for the same files (a
+        # checkpointed rerun reprocesses a changed input): later phases key on it
+        meta = {_META_KEY: json.dumps({"files": files, "rows": table.num_rows,
+                                       "written": uuid.uuid4().hex}).encode()}
         out = out.replace_schema_metadata({**(out.schema.metadata or {}), **meta})
         fs, root = fsspec.core.url_to_fs(self.out_dir, **self.storage_options)
         path = posixpath.join(root, f"{key}.parquet")
@@ -127,12 +130,14 @@ def group_key(files: list[str]) -> str:
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """One file group of phase 1: its paths, its rows, its signature file, its first id."""
+    """One file group of phase 1: its paths, its rows, its signature file, its first id, and
+    which writing of the signature file this is (``version``)."""
 
     files: tuple[str, ...]
     rows: int
     path: str
     first_id: int = 0
+    version: str = ""
 
 
 @dataclass
@@ -222,12 +227,15 @@ def run_phase1(executor: Any, spec: SignatureSpec, *, input_path: str | list[str
                read_kwargs: dict[str, Any] | None, id_field: str | None, assign_id: bool,
                out_dir: str, checkpoint_path: str | None,
                initial_tasks: list[Any] | None = None,
-               out_storage_options: dict[str, Any] | None = None) -> Phase1Result:
+               out_storage_options: dict[str, Any] | None = None,
+               verify_inputs: str = "fingerprint") -> Phase1Result:
     """Run phase 1 on ``executor`` and return its groups with deterministic first ids.
 
     Without a checkpoint, ``out_dir`` is emptied first; with one, the files of completed groups
-    are kept and only the others are computed. ``out_storage_options`` are the fsspec options
-    of ``out_dir`` (default: those of ``read_kwargs``).
+    are kept and only the others are computed, except those whose input files changed since
+    (``verify_inputs``: ``"fingerprint"``, size and mtime or ETag; ``"content"``, a sha256;
+    ``"off"``, never checked; the pipeline's ``verify_inputs``). ``out_storage_options`` are
+    the fsspec options of ``out_dir`` (default: those of ``read_kwargs``).
     """
     from curator_dask.pipeline import Pipeline
     from curator_dask.stages.file_partitioning import FilePartitioningStage
@@ -261,13 +269,15 @@ def run_phase1(executor: Any, spec: SignatureSpec, *, input_path: str | list[str
     stages = ([] if initial_tasks is not None else [partitioning]) + [reader, writer]
     pipeline = Pipeline(name=f"{spec.name}_phase1", stages=stages)
     ckpt = None if checkpoint_path is None else posixpath.join(str(checkpoint_path), spec.name)
-    pipeline.run(executor, initial_tasks=initial_tasks, checkpoint_path=ckpt)
+    pipeline.run(executor, initial_tasks=initial_tasks, checkpoint_path=ckpt,
+                 verify_inputs=None if ckpt is None else verify_inputs,
+                 on_input_change=None if ckpt is None else "reprocess")
     groups, first = [], 0
     for files in sorted(planned):
         path = posixpath.join(out_root, f"{group_key(files)}.parquet")
-        rows = _rows_of(out_fs, path, files, ckpt)
+        rows, version = _rows_of(out_fs, path, files, ckpt)
         groups.append(GroupInfo(tuple(files), rows, out_fs.unstrip_protocol(path)
-                                if _remote(out_dir) else path, first))
+                                if _remote(out_dir) else path, first, version))
         first += rows
     return Phase1Result(groups, out_storage, own_ids=own_id is not None)
 
@@ -287,7 +297,8 @@ def _remote(path: str) -> bool:
     return "://" in str(path) and not str(path).startswith("file://")
 
 
-def _rows_of(fs: Any, path: str, files: list[str], ckpt: str | None) -> int:
+def _rows_of(fs: Any, path: str, files: list[str], ckpt: str | None) -> tuple[int, str]:
+    """The rows of a group's signature file, and which writing of it this is."""
     try:
         with fs.open(path, "rb") as f:
             meta = pq.read_schema(f).metadata or {}
@@ -296,7 +307,8 @@ def _rows_of(fs: Any, path: str, files: list[str], ckpt: str | None) -> int:
                 "with a fresh checkpoint path") if ckpt else ""
         msg = f"phase 1 wrote no signature file for the files {files[:3]} ({path}){hint}"
         raise FileNotFoundError(msg) from None
-    return int(json.loads(meta[_META_KEY])["rows"])
+    recorded = json.loads(meta[_META_KEY])
+    return int(recorded["rows"]), str(recorded.get("written", ""))
 
 
 def phase1_reader(filetype: str, text_field: str, id_field: str | None,
@@ -307,6 +319,35 @@ def phase1_reader(filetype: str, text_field: str, id_field: str | None,
     else:
         from curator_dask.stages.text.io.reader.parquet import ParquetReaderStage as Stage
     return Stage(fields=fields, read_kwargs=read_kwargs, allow_empty=True)
+
+
+class _SaidOnce(logging.Filter):
+    """Lets each distinct message through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text in self.seen:
+            return False
+        self.seen.add(text)
+        return True
+
+
+@contextlib.contextmanager
+def said_once(logger_name: str = "curator_dask.stages.file_partitioning") -> Iterator[None]:
+    """A workflow plans the same file groups several times (phase 1's plan, its pipeline, the
+    removal's pipeline), and each plan warns of a group over ``input_blocksize``: within the
+    block, each distinct message of ``logger_name`` is shown once."""
+    log = logging.getLogger(logger_name)
+    once = _SaidOnce()
+    log.addFilter(once)
+    try:
+        yield
+    finally:
+        log.removeFilter(once)
 
 
 @contextlib.contextmanager
@@ -325,4 +366,4 @@ def quiet_shuffle_notices() -> Iterator[None]:
 
 __all__ = ["ID_COLUMN", "GroupInfo", "Phase1Result", "SignatureSpec", "SignatureWriterStage",
            "as_table", "check_initial_tasks", "group_key", "phase1_reader", "quiet_shuffle_notices",
-           "run_phase1"]
+           "run_phase1", "said_once"]

@@ -4,11 +4,12 @@ NeMo's layout, the deduplicated corpus), and the usage errors that end it before
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pandas as pd
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import REPO_ROOT, cli
 
 
 def _corpus(root):
@@ -36,6 +37,28 @@ def test_dedup_exact_writes_nemos_layout_and_the_deduplicated_corpus(tmp_path):
     kept = pd.concat(pd.read_json(p, lines=True) for p in (out / "deduplicated").iterdir())
     assert sorted(kept["doc"]) == ["0-0", "0-2", "0-4"]  # the smallest id of each text
     assert kept["text"].str.lower().str.split().str.join(" ").is_unique
+    # how to map the ids to documents (issue 32, item 13a)
+    assert "which documents:" in done.stdout and "--id-field" in done.stdout, done.stdout
+
+
+def test_a_group_over_the_blocksize_is_warned_of_once(tmp_path):
+    """Issue 32, item 13b: the plan, the hash pipeline and the removal each plan the groups."""
+    corpus = _corpus(tmp_path / "corpus")
+    done = cli("dedup", "exact", str(corpus), "--output", str(tmp_path / "out"),
+               "--blocksize", "100B", "--remove", "--workers", "1", timeout=300)
+    assert done.returncode == 0, done.stderr
+    for name in ("part-0.jsonl", "part-1.jsonl"):
+        lines = [line for line in done.stderr.splitlines()
+                 if "exceeded the storage limit" in line and name in line]
+        assert len(lines) == 1, done.stderr
+
+
+def test_the_readmes_dedup_outputs_are_ignored_by_git():
+    """Issue 32, item 13c: the README's dedup commands run in examples/ and write dedup/."""
+    for path in ("examples/dedup/exact/ExactDuplicateIds/part.0.parquet",
+                 "examples/dedup/cache/LSHStage/x.parquet"):
+        found = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO_ROOT)
+        assert found.returncode == 0, f"{path} is not ignored by .gitignore"
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -9,6 +9,7 @@ The subprocess slows a phase down so the kill lands inside it: each minhash part
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -61,14 +62,31 @@ if os.environ.get("SLOW_EDGES"):
     steps.FuzzyRun._edges = slow_edges
 
 
+def slow_removal(seconds):
+    from curator_dask.dedup import removal
+
+    process = removal.TextDuplicatesRemovalStage.process
+
+    def slow_process(self, task):
+        time.sleep(seconds)
+        return process(self, task)
+
+    removal.TextDuplicatesRemovalStage.process = slow_process
+
+
 if __name__ == "__main__":
     inp, root, ckpt = sys.argv[1:4]
     executor = DaskExecutor(n_workers=2, progress=False, max_in_flight=2, max_sources_per_task=1)
+    if os.environ.get("SLOW_REMOVAL"):  # on the workers, where the removal stage runs
+        executor.__enter__()
+        executor.client.run(slow_removal, float(os.environ["SLOW_REMOVAL"]))
     result = Workflow(cache_path=root + "/cache", output_path=root + "/out", input_path=inp,
                       input_filetype="jsonl", input_blocksize=None, bands_per_iteration=10,
+                      perform_removal=bool(os.environ.get("REMOVE")),
                       checkpoint_path=None if ckpt == "-" else ckpt).run(executor=executor)
     print("SKIPPED", ",".join(result.get_metadata("phases_skipped")), flush=True)
     print("DONE", result.get_metadata("num_duplicates"), flush=True)
+    print("REMOVED", result.get_metadata("num_duplicates_removed"), flush=True)
 '''
 
 
@@ -150,3 +168,30 @@ def test_killed_after_the_lsh_phase_resumes_without_redoing_it(setup, tmp_path):
     out = finish(start(root, tmp_path, str(ckpt)))
     assert "SKIPPED lsh,edges,components,identify\n" in out
     assert duplicate_ids(tmp_path) == clean
+
+
+def kept_ids(work: Path) -> list[int]:
+    return sorted(json.loads(line)["id"] for p in (work / "out" / "deduplicated").iterdir()
+                  for line in p.read_text().splitlines() if line)
+
+
+def test_killed_in_the_removal_resumes_and_reports_every_removal(setup, tmp_path):
+    """Issue 32, item 10f: the sources the first run removed from count too."""
+    root, _, clean = setup
+    out = finish(start(root, tmp_path / "clean", "-", REMOVE="1"))
+    assert f"REMOVED {len(clean)}\n" in out, out[-2000:]
+    ckpt = tmp_path / "ckpt"
+    proc = start(root, tmp_path, str(ckpt), REMOVE="1", SLOW_REMOVAL="0.6")
+    poll_for(lambda: len(completed_ids(ckpt / "removal")) >= 2, 180,
+             "no removal partition completed", on_timeout=proc.kill,
+             ignore=(FileNotFoundError, lmdb.Error, UnicodeDecodeError))
+    kill(proc)
+    assert len(completed_ids(ckpt / "removal")) < FILES, "the removal ended before the kill"
+
+    out = finish(start(root, tmp_path, str(ckpt), REMOVE="1"))
+    assert "SKIPPED lsh,edges,components,identify\n" in out  # only the removal resumed
+    assert f"REMOVED {len(clean)}\n" in out, out[-2000:]
+    assert kept_ids(tmp_path) == kept_ids(tmp_path / "clean")
+    out = finish(start(root, tmp_path, str(ckpt), REMOVE="1"))  # all committed: reported again
+    assert "SKIPPED lsh,edges,components,identify,removal\n" in out
+    assert f"REMOVED {len(clean)}\n" in out, out[-2000:]

@@ -121,7 +121,7 @@ class FuzzyRun:
             input_blocksize=wf.input_blocksize, input_file_extensions=wf.input_file_extensions,
             read_kwargs=wf.read_kwargs, id_field=None, assign_id=True,
             out_dir=wf.cache_dir(MINHASH_DIR), checkpoint_path=wf.checkpoint_path,
-            initial_tasks=initial_tasks)
+            initial_tasks=initial_tasks, verify_inputs=wf.verify_inputs)
         self.times["minhash"] = time.time() - start
         self.result.add_metadata("minhash_time", self.times["minhash"])
         self.result.add_metadata("num_documents", self.phase1.num_documents)
@@ -206,11 +206,19 @@ class FuzzyRun:
     def removal(self, initial_tasks: list[Any] | None) -> None:
         from curator_dask.dedup.fuzzy.workflow import REMOVAL_DIR
         from curator_dask.dedup.removal import TextDuplicatesRemovalWorkflow
+        from curator_dask.dedup.removal_step import RemovalStep, removal_key
 
         wf = self.wf
         start = time.time()
-        ckpt = None if wf.checkpoint_path is None else posixpath.join(wf.checkpoint_path,
-                                                                      "removal")
+        params = {"input_path": wf.input_path, "input_filetype": wf.input_filetype,
+                  "input_blocksize": wf.input_blocksize,
+                  "input_file_extensions": wf.input_file_extensions,
+                  "initial_tasks": [list(t.data) for t in initial_tasks or []],
+                  "output": wf.output_dir(REMOVAL_DIR), "write_kwargs": _shown(wf.write_kwargs)}
+        step = RemovalStep(output=wf.output_dir(REMOVAL_DIR), storage_options=self.write_opts,
+                           checkpoint=wf.checkpoint_path,
+                           key=removal_key(self.upstream, params),
+                           num_documents=self.phase1.num_documents)
         removal = TextDuplicatesRemovalWorkflow(
             input_path=wf.input_path, ids_to_remove_path=wf.output_dir(DUPLICATE_IDS_DIR),
             output_path=wf.output_dir(REMOVAL_DIR), input_filetype=wf.input_filetype,
@@ -221,13 +229,22 @@ class FuzzyRun:
             id_generator_path=self.result.get_metadata("id_generator_path"),
             id_generator_storage_options=self.write_opts or None,
             output_filetype=wf.input_filetype, output_kwargs=wf.write_kwargs,
-            drop_id_field=True, checkpoint_path=ckpt)
-        outcome = removal.run(self.executor, initial_tasks=initial_tasks)
-        self.result.add_pipeline_tasks("removal", outcome.pipeline_tasks.get("removal"))
+            drop_id_field=True, checkpoint_path=step.pipeline_checkpoint)
+        counts, outcome = step.run(self.client, removal, self.executor, initial_tasks)
+        if counts["skipped"]:
+            self.skipped.append("removal")
+            self.result.add_metadata("phases_skipped", list(self.skipped))
+            logger.info("fuzzy phase removal committed by an earlier run: skipped")
+        self.result.add_pipeline_tasks(
+            "removal", [] if outcome is None else outcome.pipeline_tasks.get("removal"))
         self.result.add_metadata("removal_time", time.time() - start)
-        self.result.add_metadata("num_duplicates_removed",
-                                 outcome.get_metadata("num_duplicates_removed"))
+        self.result.add_metadata("num_duplicates_removed", counts["num_duplicates_removed"])
         self.result.add_metadata("deduplicated_path", wf.output_dir(REMOVAL_DIR))
+
+
+def _shown(kwargs: dict[str, Any] | None) -> dict[str, str]:
+    """Options as they enter a key: their text, without credentials."""
+    return {k: repr(v) for k, v in sorted((kwargs or {}).items()) if k != "storage_options"}
 
 
 def parquet_files(directory: str, storage_options: dict[str, Any]) -> list[str]:

@@ -17,12 +17,14 @@ import posixpath
 import time
 from typing import Any, Literal
 
+from curator_dask.dedup.admission import check_workers_reach, hold_executor
+from curator_dask.dedup.cache_lock import CacheLock
 from curator_dask.dedup.fuzzy.commits import PhaseCommits, phase_key
 from curator_dask.dedup.fuzzy.components import CC_DIR, DUPLICATE_IDS_DIR
 from curator_dask.dedup.fuzzy.lsh import EDGES_DIR, LSH_DIR
 from curator_dask.dedup.fuzzy.minhash import MinHashSignature
 from curator_dask.dedup.fuzzy.steps import FuzzyRun
-from curator_dask.dedup.phases import check_initial_tasks, quiet_shuffle_notices
+from curator_dask.dedup.phases import check_initial_tasks, quiet_shuffle_notices, said_once
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
 
 logger = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ ID_GENERATOR_OUTPUT_FILENAME = "fuzzy_id_generator.json"
 MINHASH_DIR = "MinHashStage"
 REMOVAL_DIR = "deduplicated"
 # NeMo's GPU-only knobs and their defaults: accepted, ignored on CPU (one warning if set)
+VERIFY_MODES = ("off", "fingerprint", "content")  # the pipeline's verify_inputs
 _GPU_ONLY = {"lsh_rmm_pool_size": "auto", "lsh_spill_memory_limit": "auto", "env_vars": None,
              "use_async_memory": True}
 
@@ -40,7 +43,9 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
 
     The parameters are NeMo Curator 1.4's (``cache_path`` ... ``use_async_memory``), plus
     ``false_positive_check`` / ``jaccard_threshold`` (NeMo 0.x's Jaccard check of candidate
-    pairs) and ``checkpoint_path`` (a killed run, run again with the same paths, resumes).
+    pairs), ``checkpoint_path`` (a killed run, run again with the same paths, resumes) and
+    ``verify_inputs`` (with a checkpoint: input files changed since the run that completed
+    them are read again; ``"fingerprint"``, ``"content"`` or ``"off"``).
     ``run`` writes ``<output_path>/FuzzyDuplicateIds/part.<i>.parquet`` (column
     ``_curator_dedup_id``: every document of a duplicate group but the one with the smallest
     id) and ``<output_path>/fuzzy_id_generator.json`` (NeMo's id generator state, for
@@ -83,6 +88,7 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
         false_positive_check: bool = False,
         jaccard_threshold: float = 0.8,
         checkpoint_path: str | None = None,
+        verify_inputs: str = "fingerprint",
     ) -> None:
         self.cache_path = str(cache_path)
         self.output_path = str(output_path)
@@ -110,6 +116,7 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
         self.false_positive_check = false_positive_check
         self.jaccard_threshold = jaccard_threshold
         self.checkpoint_path = None if checkpoint_path is None else str(checkpoint_path)
+        self.verify_inputs = verify_inputs
         self.num_hashes = num_bands * minhashes_per_band
         self._validate_inputs()
 
@@ -126,6 +133,9 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
                             f"and num_bands ({self.num_bands})")
         if not 0.0 < float(self.jaccard_threshold) <= 1.0:
             problems.append(f"jaccard_threshold={self.jaccard_threshold} must be in (0, 1]")
+        if self.verify_inputs not in VERIFY_MODES:
+            problems.append(f"verify_inputs must be one of {', '.join(VERIFY_MODES)} (got "
+                            f"{self.verify_inputs!r})")
         if self.lsh_num_output_partitions is not None and self.lsh_num_output_partitions < 1:
             problems.append(f"lsh_num_output_partitions={self.lsh_num_output_partitions} must "
                             "be at least 1 (or None: one per input partition)")
@@ -200,11 +210,19 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
         start = time.time()
         import dask
 
-        with executor.kept_open() as client, dask.config.set(
-                {"dataframe.shuffle.method": "p2p"}), quiet_shuffle_notices():
-            commits = PhaseCommits(self.cache_path, self._options(self.cache_kwargs),
-                                   resume=self.checkpoint_path is not None)
-            FuzzyRun(self, executor, client, commits, result).run(initial_tasks)
+        name = "fuzzy_deduplication"
+        cache_options = self._options(self.cache_kwargs)
+        with hold_executor(executor, name), executor.kept_open() as client, dask.config.set(
+                {"dataframe.shuffle.method": "p2p"}), quiet_shuffle_notices(), said_once():
+            check_workers_reach(client, {
+                "cache_path": self.cache_path, "output_path": self.output_path,
+                "input_path": self.input_path}, {
+                "cache_path": cache_options, "input_path": self._options(self.read_kwargs),
+                "output_path": self._options(self.write_kwargs)})
+            with CacheLock(self.cache_path, cache_options, name):
+                commits = PhaseCommits(self.cache_path, cache_options,
+                                       resume=self.checkpoint_path is not None)
+                FuzzyRun(self, executor, client, commits, result).run(initial_tasks)
         result.add_metadata("total_time", time.time() - start)
         logger.info("Fuzzy deduplication pipeline completed in %.2f seconds",
                     result.get_metadata("total_time"))
@@ -212,10 +230,11 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
 
 
 def upstream_of_phase1(workflow: FuzzyDeduplicationWorkflow, groups: list[Any]) -> str:
-    """Phase 1's key: the minhash parameters and every group's files and rows."""
+    """Phase 1's key: the minhash parameters and every group's files, rows and signature
+    file's writing (a group reprocessed since, its input changed, has a new one)."""
     spec = workflow.minhash_spec()
     return phase_key("minhash", {k: getattr(spec, k) for k in spec.__dataclass_fields__},
-                     json.dumps([[list(g.files), g.rows] for g in groups]))
+                     json.dumps([[list(g.files), g.rows, g.version] for g in groups]))
 
 
 __all__ = ["CC_DIR", "DUPLICATE_IDS_DIR", "EDGES_DIR", "ID_GENERATOR_OUTPUT_FILENAME",
