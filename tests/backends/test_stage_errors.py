@@ -51,17 +51,27 @@ def test_cli_leads_with_the_file_the_stage_and_the_exception(tmp_path):
     (tmp_path / "pipe.py").write_text(PIPELINE)
     paths = generate_jsonl(str(tmp_path / "input"), files=4, docs_per_file=2, seed=4)
     bad = paths[2]  # holds the document 2-0
-    out = cli("run", "pipe.py:build", "--workers", "1", "--no-progress", "--no-job",
+    # without -v: one line, no traceback (issue 32, item 2)
+    quiet = cli("run", "pipe.py:build", "--workers", "1", "--no-progress", "--no-job",
+                cwd=tmp_path, timeout=120)
+    assert quiet.returncode == 1 and "Traceback" not in quiet.stderr, quiet.stderr[-3000:]
+    said = [line for line in quiet.stderr.splitlines() if "failed: StageError" in line]
+    assert len(said) == 1 and bad in said[0] and "ValueError: document 2-0" in said[0]
+    assert quiet.stderr.rstrip().endswith(said[0])
+    # with -v: the traceback too
+    out = cli("run", "pipe.py:build", "--workers", "1", "--no-progress", "--no-job", "-v",
               cwd=tmp_path, timeout=120)
     assert out.returncode == 1, out.stderr[-3000:]
     lines = out.stderr.splitlines()
-    errors = [i for i, line in enumerate(lines) if "Error" in line or "Failed" in line]
+    # the driver's own traceback first (-v), then the error line and the original traceback
+    errors = [i for i, line in enumerate(lines) if "run: failed: StageError" in line]
     assert errors, out.stderr
     first = lines[errors[0]]
     assert bad in first and "'picky'" in first and "ValueError: document 2-0" in first, \
         out.stderr[-3000:]
     # the traceback comes as lines, ending in the stage's own frame and exception
-    frame = next(i for i, line in enumerate(lines) if line.strip().startswith("File ")
+    frame = next(i for i, line in enumerate(lines) if i > errors[0]
+                 and line.strip().startswith("File ")
                  and "pipe.py" in line and line.rstrip().endswith("in process"))
     assert frame > errors[0]
     assert any(line.startswith("ValueError: document 2-0") for line in lines[frame:])

@@ -62,8 +62,10 @@ def test_a_job_is_found_by_id_or_folder(tmp_path):
     assert found.load_job_summary() is None and found.load_event_logs() == []  # not started
     with pytest.raises(JobNotFoundError, match="is not a job folder"):
         JobUtils(tmp_path / "work")
-    with pytest.raises(FileNotFoundError, match="no job 'j2' in "):  # JobNotFoundError is one
-        JobUtils("j2", work_dir=tmp_path / "work")
+    # an id no test makes: the per-user job index (one per test process) holds the jobs of
+    # the tests that ran before this one in the same process
+    with pytest.raises(FileNotFoundError, match="no job 'never-made' in "):  # JobNotFoundError
+        JobUtils("never-made", work_dir=tmp_path / "work")
 
 
 def test_seed_event_names_map_onto_the_logs_types():

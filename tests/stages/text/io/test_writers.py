@@ -480,9 +480,13 @@ def test_missing_path_is_refused() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_construction_creates_the_directory(storage: Storage) -> None:
+def test_prepare_output_creates_the_directory(storage: Storage) -> None:
+    """Not construction (issue 32, item 3): a run refused before it starts (a misspelled
+    input path) leaves no empty output folder; the run's prepare_output makes it."""
     assert not storage.exists()
-    JsonlWriter(path=storage.url)
+    writer = JsonlWriter(path=storage.url)
+    assert not storage.exists()
+    writer.prepare_output()
     assert storage.exists()
     assert storage.listing() == []
 
@@ -530,7 +534,7 @@ def test_overwrite_with_checkpoint_path_is_refused_and_deletes_nothing(storage: 
 def test_overwrite_prepare_output_on_missing_directory(tmp_path) -> None:
     out = tmp_path / "fresh"
     writer = JsonlWriter(path=str(out), mode="overwrite")
-    out.rmdir()
+    assert not out.exists()
     writer.prepare_output()
     assert out.is_dir()
     assert list(out.iterdir()) == []
@@ -547,6 +551,7 @@ def test_error_mode_with_existing_directory(storage: Storage) -> None:
 
 def test_error_mode_with_new_directory_creates_it(storage: Storage) -> None:
     writer = JsonlWriter(path=storage.url, mode="error")
+    writer.prepare_output()
     assert storage.exists()
     writer.process(_batch())
     assert storage.listing() == [f"{CONTRACT_BASENAME}.jsonl"]
