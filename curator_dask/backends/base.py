@@ -263,6 +263,10 @@ class RunEnd:
         failed_task_seen: whether a stage returned a ``FailedTask`` (decided once, by the
             run, from the completion plugin's summary and the stage counts), also when the
             run failed or stopped.
+        recorded: the sources the run's checkpoint recorded complete in this run (its
+            completion plugin's count, the one a stopped or interrupted run's line gives:
+            chains recorded but never collected by the driver included); ``None`` without a
+            checkpoint or when it could not be flushed.
 
     Example:
         >>> RunEnd(error=RuntimeError("boom")).completed
@@ -272,6 +276,7 @@ class RunEnd:
     result: Any = None
     error: BaseException | None = None
     failed_task_seen: bool = False
+    recorded: int | None = None
 
     @property
     def completed(self) -> bool:

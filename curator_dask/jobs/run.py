@@ -23,7 +23,6 @@ from curator_dask.jobs.job import (
     new_job_id,
     validate_job_id,
 )
-from curator_dask.jobs.recorded import AttemptCompletions
 from curator_dask.jobs.redact import ScrubbingFormatter, collect_secrets, redact
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
@@ -117,8 +116,6 @@ class JobRun(RunObserver):
         else:
             self.directory.create(config, inputs)
         record_job(self.job_id, self.directory.path)  # `status` etc. find it from anywhere
-        # what this attempt records in the checkpoint, read when it ends (jobs/recorded.py)
-        self._completions = AttemptCompletions(self.checkpoint_path)
         self.run_id = uuid.uuid4().hex[:8]
         self.process_start = process_start_time()
         self.command = command
@@ -214,10 +211,10 @@ class JobRun(RunObserver):
         """The job's end as the run ended: ``completed`` (with the result), ``stopped`` (a
         stop or Ctrl+C) or ``failed``, with the run's error."""
         if end.completed:
-            self.finish("completed", end.result)
+            self.finish("completed", end.result, recorded=end.recorded)
             return
         stopped = isinstance(end.error, RunStopped | KeyboardInterrupt)
-        self.finish("stopped" if stopped else "failed", error=end.error)
+        self.finish("stopped" if stopped else "failed", error=end.error, recorded=end.recorded)
 
     @property
     def performance_report(self) -> str | None:
@@ -335,18 +332,14 @@ class JobRun(RunObserver):
                          source_files=list(getattr(error, "source_files", None) or [])[:20],
                          error=str(getattr(error, "error", "") or type(error).__name__))
 
-    def _recorded_sources(self, extra: dict[str, Any]) -> int | None:
-        """Put what the checkpoint recorded for this attempt into ``extra`` (the summary's
-        ``sources.completed``, less ``cancelled_at_end`` for chains recorded but never
-        collected) and return it; ``None`` (the driver's count stays) when the checkpoint
-        cannot be read. See :mod:`curator_dask.jobs.recorded`."""
+    def _recorded_sources(self, extra: dict[str, Any], recorded: int | None) -> int | None:
+        """Put what the checkpoint recorded for this attempt (``recorded``, the run's
+        ``RunEnd.recorded``) into ``extra`` (the summary's ``sources.completed``, less
+        ``cancelled_at_end`` for chains recorded but never collected by the driver) and return
+        it; without it (no checkpoint, or not flushed) the driver's count stays."""
         snapshot = self._progress() if self._progress is not None else {}
         sources = dict(extra.get("sources") or snapshot.get("sources") or {})
-        recorded = self._completions.count() if sources else None
-        possible = int(sources.get("to_process") or 0) - int(sources.get("failed") or 0)
-        if recorded is not None and recorded > possible:
-            recorded = None  # other runs wrote to the checkpoint meanwhile: theirs are counted
-        if recorded is None:
+        if recorded is None or not sources:
             return int(sources["completed"]) if "completed" in sources else None
         late = recorded - int(sources.get("completed") or 0)
         if late > 0 and extra.get("cancelled_at_end"):
@@ -354,10 +347,12 @@ class JobRun(RunObserver):
         extra["sources"] = {**sources, "completed": recorded}
         return recorded
 
-    def finish(self, state: str, result: Any = None, error: BaseException | None = None) -> None:
+    def finish(self, state: str, result: Any = None, error: BaseException | None = None,
+               recorded: int | None = None) -> None:
         """Record the end (``completed``, ``failed`` or ``stopped``); always safe to call once.
 
-        Its sources completed are those the checkpoint recorded (:meth:`_recorded_sources`),
+        Its sources completed are those the checkpoint recorded (``recorded``, the run's
+        ``RunEnd.recorded``; :meth:`_recorded_sources`),
         also in the end event (``completed``). A ``completed`` run whose result counts failed
         sources (a stage returned ``FailedTask``) ends as ``completed_with_failures``: its
         ``job_complete`` event says so (``state``) and counts them (``failed_sources``), and
@@ -382,7 +377,7 @@ class JobRun(RunObserver):
         event = {"completed": "job_complete", "completed_with_failures": "job_complete",
                  "failed": "job_failed", "stopped": "job_stopped"}[state]
         fields = {"state": state, "failed_sources": len(failed)} if failed else {}
-        completed = self._recorded_sources(extra)
+        completed = self._recorded_sources(extra, recorded)
         if completed is not None:  # the report's attempts count it
             fields["completed"] = completed
         if error is not None:

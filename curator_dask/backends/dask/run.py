@@ -193,10 +193,12 @@ class DaskRun:
         could not be written) turns the end into that error for the observers after it, and
         the error is raised."""
         seen, raised = self.saw_failed_task(), None
+        recorded = (self.summary or {}).get("completed_in_run")
         for observer in self.observers:
             try:
                 observer.run_finished(RunEnd(result=result if error is None else None,
-                                             error=error, failed_task_seen=seen))
+                                             error=error, failed_task_seen=seen,
+                                             recorded=recorded))
             except Exception as exc:
                 raised = raised or exc
                 if error is None:
