@@ -279,31 +279,28 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# the job options of `add_job_options` that `slurm retry --submit` takes again, with their
-# defaults (an option at its default is left out of the retry command)
-RETRY_OPTIONS = (("--partition", "partition", None), ("--time", "time", "01:00:00"),
-                 ("--cpus-per-task", "cpus_per_task", None), ("--mem", "mem", None),
-                 ("--nodes", "nodes", 1), ("--job-name", "job_name", "curator-array"),
-                 ("--output", "output", "array_%A_%a.log"),
-                 ("--signal-grace", "signal_grace", 120),
-                 ("--dask-runner-tasks", "dask_runner_tasks", None))
-
-
 def retry_command(spec, args: argparse.Namespace) -> str:
     """The command that resubmits the shards of ``spec``'s array run that did not complete,
-    with the job options given to this command."""
+    with the job options (:func:`add_job_options`) given to this command that are not at
+    their defaults."""
     import shlex
+
+    from curator_dask.utils.private_api import parser_actions
 
     words = [*PROG.split(), "slurm", "retry", "--checkpoint-path", spec.checkpoint_path,
              "--submit", spec.pipeline]
-    for option, name, default in RETRY_OPTIONS:
-        value = getattr(args, name, None)
-        if value is not None and value != default:
-            words += [option, str(value)]
-    words += ["--requeue"] if args.requeue else []
-    words += ["--no-check"] if args.no_check else []
-    for module in args.allow_target_module:
-        words += ["--allow-target-module", module]
+    options = argparse.ArgumentParser(add_help=False)
+    add_job_options(options)
+    for action in parser_actions(options):
+        value = getattr(args, action.dest, None)
+        if value is None or value is False or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if value is True:
+            words.append(flag)
+        else:
+            for one in value if isinstance(value, list) else [value]:
+                words += [flag, str(one)]
     return shlex.join(words)
 
 

@@ -35,7 +35,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from curator_dask.errors import CuratorDaskError
-from curator_dask.utils.atomic import temp_name, write_atomic
+from curator_dask.utils.atomic import pid_alive, temp_name, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -123,13 +123,7 @@ class CacheLock:
             return False
         if held["pid"] == os.getpid():
             return False  # another run of this process (another thread)
-        try:
-            os.kill(held["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return not pid_alive(held["pid"])
 
     def _refusal(self, held: dict[str, Any]) -> str:
         return (f"the cache {self.cache} is in use by a {held.get('workflow')} run (host "

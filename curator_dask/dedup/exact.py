@@ -48,12 +48,12 @@ from curator_dask.dedup.phases import (
     said_once,
 )
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
 logger = logging.getLogger(__name__)
 
 ID_GENERATOR_OUTPUT_FILENAME = "exact_id_generator.json"  # NeMo's name
 DEDUPLICATED_DIR = "deduplicated"
-_VERIFY_MODES = ("off", "fingerprint", "content")  # the pipeline's verify_inputs
 # NeMo's GPU settings and their defaults: accepted, not used on CPU
 _GPU_ONLY = {"rmm_pool_size": "auto", "spill_memory_limit": "auto", "use_async_memory": True,
              "env_vars": None, "identification_batchsize": 1}
@@ -146,8 +146,8 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             msg = (f"id_field must be None if assign_id is True (got {self.id_field!r}): "
                    "assign_id=False uses the corpus's own ids from id_field")
             raise ValueError(msg)
-        if self.verify_inputs not in _VERIFY_MODES:
-            msg = (f"verify_inputs must be one of {', '.join(_VERIFY_MODES)} (got "
+        if self.verify_inputs not in VERIFY_MODES:
+            msg = (f"verify_inputs must be one of {', '.join(VERIFY_MODES)} (got "
                    f"{self.verify_inputs!r})")
             raise ValueError(msg)
         if self.total_nparts is not None and int(self.total_nparts) < 1:
@@ -295,16 +295,14 @@ class ExactDeduplicationWorkflow(WorkflowBase):
                            id_generator_path: str | None, result: WorkflowRunResult,
                            ids: str, num_documents: int) -> None:
         from curator_dask.dedup.removal import TextDuplicatesRemovalWorkflow
-        from curator_dask.dedup.removal_step import RemovalStep, removal_key
+        from curator_dask.dedup.removal_step import RemovalStep, removal_key, removal_params
 
         t0 = time.time()
         deduplicated = self._join(self._output, DEDUPLICATED_DIR)
-        params = {"input_path": self.input_path, "input_filetype": self.input_filetype,
-                  "input_blocksize": self.input_blocksize, "extensions": self._extensions(),
-                  "initial_tasks": [list(t.data) for t in initial_tasks or []],
-                  "output": deduplicated, "write_kwargs": {
-                      k: repr(v) for k, v in sorted((self.write_kwargs or {}).items())
-                      if k != "storage_options"}}
+        params = removal_params(
+            input_path=self.input_path, input_filetype=self.input_filetype,
+            input_blocksize=self.input_blocksize, extensions=self._extensions(),
+            initial_tasks=initial_tasks, output=deduplicated, write_kwargs=self.write_kwargs)
         step = RemovalStep(output=deduplicated, storage_options=self._write_storage(),
                            checkpoint=(None if self.checkpoint_path is None
                                        else _absolute(str(self.checkpoint_path))),

@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import posixpath
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -116,13 +117,14 @@ def check_unique_ids(client: Any, frame: Any, id_field: str, nparts: int) -> Non
     """
     ids = frame[[ID_COLUMN]]
     meta = private_api.dataframe_meta(ids).assign(count=pd.Series([], dtype="int64"),
-                                                  shared=pd.Series([], dtype="int64"))
+                                                  shared=pd.Series([], dtype="int64"),
+                                                  part=pd.Series([], dtype="object"))
     shuffled = ids.shuffle(on=ID_COLUMN, npartitions=nparts, shuffle_method="p2p")
     found = client.compute(shuffled.map_partitions(_shared_ids, meta=meta)).result()
     if found.empty:
         return
     first = found.sort_values("count", ascending=False).iloc[0]
-    total = int(found.drop_duplicates("shared")["shared"].sum()) if len(found) else 0
+    total = int(found.groupby("part")["shared"].first().sum())  # each partition's, once
     msg = (f"the corpus's ids are not unique (id_field {id_field!r}): id "
            f"{first[ID_COLUMN]!r} is shared by {int(first['count'])} documents, and "
            f"{total} ids in all are shared; removing by id would also remove documents that "
@@ -132,14 +134,15 @@ def check_unique_ids(client: Any, frame: Any, id_field: str, nparts: int) -> Non
 
 
 def _shared_ids(part: pd.DataFrame) -> pd.DataFrame:
-    """Up to five ids of ``part`` held by several rows, with their counts and the number of
-    such ids in the partition."""
+    """Up to five ids of ``part`` held by several rows, with their counts, the number of such
+    ids in the partition and a token naming the partition (its number is counted once)."""
     counts = part[ID_COLUMN].value_counts()
     shared = counts[counts > 1]
     top = shared.head(5)
     return pd.DataFrame({ID_COLUMN: pd.Series(top.index.to_list(), dtype=part[ID_COLUMN].dtype),
                          "count": top.to_numpy(dtype="int64"),
-                         "shared": pd.Series([len(shared)] * len(top), dtype="int64")})
+                         "shared": pd.Series([len(shared)] * len(top), dtype="int64"),
+                         "part": pd.Series([uuid.uuid4().hex] * len(top), dtype="object")})
 
 
 def ids_key(plan: DuplicateIdsPlan, fingerprint: dict[str, Any]) -> str:
@@ -275,8 +278,7 @@ def groups_fingerprint(groups: list[Any]) -> str:
     has a new hash file."""
     digest = hashlib.sha256()
     for g in groups:
-        digest.update(json.dumps([list(g.files), g.rows, g.first_id,
-                                  getattr(g, "version", "")]).encode())
+        digest.update(json.dumps([list(g.files), g.rows, g.first_id, g.version]).encode())
     return digest.hexdigest()
 
 

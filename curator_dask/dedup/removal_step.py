@@ -43,6 +43,18 @@ def removal_key(upstream: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def removal_params(*, input_path: Any, input_filetype: str, input_blocksize: Any,
+                   extensions: Any, initial_tasks: list[Any] | None, output: str,
+                   write_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """What a removal's output depends on besides the ids, as it enters :func:`removal_key`
+    (the write options as text, without credentials)."""
+    return {"input_path": input_path, "input_filetype": input_filetype,
+            "input_blocksize": input_blocksize, "extensions": extensions,
+            "initial_tasks": [list(t.data) for t in initial_tasks or []], "output": output,
+            "write_kwargs": {k: repr(v) for k, v in sorted((write_kwargs or {}).items())
+                             if k != "storage_options"}}
+
+
 @dataclass(frozen=True)
 class RemovalStep:
     """Where the removal writes and what identifies it.
@@ -163,4 +175,4 @@ def _rows_in(url: str, storage_options: dict[str, Any]) -> int:
     return rows
 
 
-__all__ = ["RECORD", "RemovalStep", "count_rows", "removal_key"]
+__all__ = ["RECORD", "RemovalStep", "count_rows", "removal_key", "removal_params"]

@@ -43,7 +43,9 @@ def temp_name(final_basename: str) -> str:
 _TEMP_RE = re.compile(r"^\..+\.(?P<host>[^.]+)-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user's counts: it can
+    not be signalled, but it is there)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -77,7 +79,7 @@ def remove_stale_temp_files(directory: str) -> list[str]:
     alive are removed: a live writer here or any writer on another host is left alone.
     """
     removed = []
-    for name in _stale(directory, _TEMP_RE, lambda m: not _pid_alive(int(m["pid"]))):
+    for name in _stale(directory, _TEMP_RE, lambda m: not pid_alive(int(m["pid"]))):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(directory, name))
             removed.append(name)
@@ -105,7 +107,7 @@ def owned_temp_dir(prefix: str) -> str:
 def _owner_gone(pid: int, start: int) -> bool:
     """True when process ``pid`` is dead, or alive but started at another time than
     ``start`` (a recycled pid; ``start`` 0: unknown, so only a dead pid counts)."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return True
     actual = _start_time(pid)
     return bool(start) and actual is not None and abs(actual - start) > 2

@@ -137,10 +137,7 @@ def gather_file_infos(
         listing = [(fs.unstrip_protocol(p) if remote else p, i) for p, i in listing]
         listing = [(p, i) for p, i in listing if _keep(p, keep)]
         if require_files and not listing:
-            # a path that is not there is a typo to fix, not an empty input to accept
-            fix = _ALLOW_HINT if roots or has_magic(entry) else _check_path_hint(fs, entry)
-            msg = f"No input files: {_shown(entry)} {_why_empty(entry, roots, keep)}; {fix}"
-            raise NoInputFilesError(msg)
+            raise _no_files(fs, entry, roots, keep)
         listing.sort(key=lambda x: x[0])
         records.extend(listing)
     return records
@@ -161,9 +158,16 @@ def check_paths_exist(paths: str | list[str], storage_options: dict | None = Non
     for entry in [paths] if isinstance(paths, str) else list(paths):
         fs, _ = fsspec.core.url_to_fs(entry, **(storage_options or {}))
         if not _roots(fs, entry):
-            fix = _ALLOW_HINT if has_magic(entry) else _check_path_hint(fs, entry)
-            msg = f"No input files: {_shown(entry)} {_why_empty(entry, [], None)}; {fix}"
-            raise NoInputFilesError(msg)
+            raise _no_files(fs, entry, [], None)
+
+
+def _no_files(fs: fsspec.AbstractFileSystem, entry: str, roots: list[tuple[str, dict]],
+              keep: set[str] | None) -> NoInputFilesError:
+    """The error for ``entry``, which yields no file: why, and the fix. A path that is not
+    there is a typo to fix (the closest name), not an empty input to accept."""
+    fix = _ALLOW_HINT if roots or has_magic(entry) else _check_path_hint(fs, entry)
+    return NoInputFilesError(f"No input files: {_shown(entry)} "
+                             f"{_why_empty(entry, roots, keep)}; {fix}")
 
 
 def _roots(fs: fsspec.AbstractFileSystem, entry: str) -> list[tuple[str, dict]]:

@@ -206,15 +206,15 @@ class FuzzyRun:
     def removal(self, initial_tasks: list[Any] | None) -> None:
         from curator_dask.dedup.fuzzy.workflow import REMOVAL_DIR
         from curator_dask.dedup.removal import TextDuplicatesRemovalWorkflow
-        from curator_dask.dedup.removal_step import RemovalStep, removal_key
+        from curator_dask.dedup.removal_step import RemovalStep, removal_key, removal_params
 
         wf = self.wf
         start = time.time()
-        params = {"input_path": wf.input_path, "input_filetype": wf.input_filetype,
-                  "input_blocksize": wf.input_blocksize,
-                  "input_file_extensions": wf.input_file_extensions,
-                  "initial_tasks": [list(t.data) for t in initial_tasks or []],
-                  "output": wf.output_dir(REMOVAL_DIR), "write_kwargs": _shown(wf.write_kwargs)}
+        params = removal_params(
+            input_path=wf.input_path, input_filetype=wf.input_filetype,
+            input_blocksize=wf.input_blocksize, extensions=wf.input_file_extensions,
+            initial_tasks=initial_tasks, output=wf.output_dir(REMOVAL_DIR),
+            write_kwargs=wf.write_kwargs)
         step = RemovalStep(output=wf.output_dir(REMOVAL_DIR), storage_options=self.write_opts,
                            checkpoint=wf.checkpoint_path,
                            key=removal_key(self.upstream, params),
@@ -240,11 +240,6 @@ class FuzzyRun:
         self.result.add_metadata("removal_time", time.time() - start)
         self.result.add_metadata("num_duplicates_removed", counts["num_duplicates_removed"])
         self.result.add_metadata("deduplicated_path", wf.output_dir(REMOVAL_DIR))
-
-
-def _shown(kwargs: dict[str, Any] | None) -> dict[str, str]:
-    """Options as they enter a key: their text, without credentials."""
-    return {k: repr(v) for k, v in sorted((kwargs or {}).items()) if k != "storage_options"}
 
 
 def parquet_files(directory: str, storage_options: dict[str, Any]) -> list[str]:

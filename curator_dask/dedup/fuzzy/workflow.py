@@ -26,6 +26,7 @@ from curator_dask.dedup.fuzzy.minhash import MinHashSignature
 from curator_dask.dedup.fuzzy.steps import FuzzyRun
 from curator_dask.dedup.phases import check_initial_tasks, quiet_shuffle_notices, said_once
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ ID_GENERATOR_OUTPUT_FILENAME = "fuzzy_id_generator.json"
 MINHASH_DIR = "MinHashStage"
 REMOVAL_DIR = "deduplicated"
 # NeMo's GPU-only knobs and their defaults: accepted, ignored on CPU (one warning if set)
-VERIFY_MODES = ("off", "fingerprint", "content")  # the pipeline's verify_inputs
 _GPU_ONLY = {"lsh_rmm_pool_size": "auto", "lsh_spill_memory_limit": "auto", "env_vars": None,
              "use_async_memory": True}
 
