@@ -282,7 +282,18 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
 def retry_command(spec, args: argparse.Namespace) -> str:
     """The command that resubmits the shards of ``spec``'s array run that did not complete,
     with the job options (:func:`add_job_options`) given to this command that are not at
-    their defaults."""
+    their defaults.
+
+    Example:
+        >>> from curator_dask.slurm.sbatch import ArrayJobSpec
+        >>> spec = ArrayJobSpec(pipeline="/p/pipe.yaml", array="0-3", checkpoint_path="/ck",
+        ...                     workdir="/p")
+        >>> args = argparse.Namespace(time="00:10:00", cpus_per_task=2, nodes=1, no_check=True,
+        ...                           requeue=False, allow_target_module=["mine"])
+        >>> print(retry_command(spec, args))  # doctest: +NORMALIZE_WHITESPACE
+        python -m curator_dask slurm retry --checkpoint-path /ck --submit /p/pipe.yaml --time
+        00:10:00 --cpus-per-task 2 --no-check --allow-target-module mine
+    """
     import shlex
 
     from curator_dask.utils.private_api import parser_actions

@@ -120,7 +120,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], int, str]] = {
     # name: (make the case, exit code, what the one line says)
     "broken-line": (broken_line, 1, "Malformed JSON in"),
     "empty-file": (empty_file, 1, "allow_empty: true"),
-    "missing-field": (missing_field, 1, "text"),
+    "missing-field": (missing_field, 1, "they have the fields ['text', 'id']"),
     "json-array": (json_array, 1, "not JSON Lines (one object per line)"),
     "output-is-a-file": (output_is_a_file, 2, "is a file, not a folder"),
     "misspelled-input": (misspelled_input, 2, "inptu does not exist; check the path (did you "
