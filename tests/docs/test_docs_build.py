@@ -202,3 +202,17 @@ def _clean_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+
+
+def test_cli_reference_usage_lines_fit_and_pages_are_links():
+    """Issue 32, item 13: `run`'s usage was cut at the right edge (a choices list wider than
+    the page), and `docs/recipes.md` in its description was no link."""
+    from curator_dask.cli.main import build_parser
+
+    for path, parser, _summary in gen_cli_reference.walk(build_parser()):
+        wide = [line for line in gen_cli_reference.usage(parser).splitlines()
+                if len(line) > gen_cli_reference.USAGE_WIDTH]
+        assert not wide, (path, wide)
+    text = gen_cli_reference.render(build_parser())
+    assert "[docs/recipes.md](recipes.md)" in text
+    assert not re.search(r"(?<!\[)docs/[\w-]+\.md(?!\])", text)  # every page named is a link
