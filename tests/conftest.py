@@ -48,6 +48,26 @@ def no_performance_reports():
         os.environ[var] = old
 
 
+class _NotFromClusterThreads:
+    """Drops records of Dask's and tornado's loggers: a cluster that an earlier test in the
+    process started (a module's shared ``executor``) logs from its own threads at any moment,
+    e.g. "Client ... requests to cancel 0 keys", which a test counting its records would see."""
+
+    PREFIXES = ("distributed", "tornado", "asyncio", "bokeh")
+
+    def filter(self, record) -> bool:
+        return not record.name.startswith(self.PREFIXES)
+
+
+@pytest.fixture(autouse=True)
+def caplog_of_this_test(caplog):
+    """``caplog.records`` holds what the test's own code logged (no test asserts Dask's log)."""
+    only_ours = _NotFromClusterThreads()
+    caplog.handler.addFilter(only_ours)
+    yield
+    caplog.handler.removeFilter(only_ours)
+
+
 @pytest.fixture
 def jsonl_input(tmp_path):
     """Six JSONL files of 5 documents each (about 10 % shorter than 50 characters)."""
