@@ -29,8 +29,8 @@ are re-raised on the driver).
 | `InputChangedError` | `curator_dask.resumability.input_check` | `ValueError` | inputs of completed sources changed, with `on_input_change="error"` |
 | `ReaderCrashedError` | `curator_dask.resumability.safe_read` | `lmdb.Error` | reading a checkpoint's LMDB file killed the reader process: the file is damaged |
 | `CheckpointUnusable` | `curator_dask.resumability.stage_checkpoints.store` | `Exception` | a stage checkpoint cannot be loaded; caught on the worker, which logs it and falls back to an earlier boundary |
-| `UnknownBatchError` | `curator_dask.dedup.id_generator` | `KeyError` | `get_batch_range` for a file group that was never registered |
-| `IdGeneratorMissingError` | `curator_dask.dedup.id_generator_run` | `RuntimeError` | a run's stages generate or assign ids, but no id generator exists in the driver |
+| `UnknownBatchError` | `curator_dask.ids.generator` | `KeyError` | `get_batch_range` for a file group that was never registered |
+| `IdGeneratorMissingError` | `curator_dask.ids.run` | `RuntimeError` | a run's stages generate or assign ids, but no id generator exists in the driver |
 | `ExecutorBusyError` | `curator_dask.dedup.admission` | `RuntimeError` | a deduplication workflow was started on a `DaskExecutor` that runs another one; before any step |
 | `CacheInUseError` | `curator_dask.dedup.cache_lock` | `RuntimeError` | another run (its host and pid named) holds the deduplication cache's lock; before any step |
 | `NonUniqueIdsError` | `curator_dask.dedup.exact_ids` | `ValueError` | the corpus's own ids (`assign_id=False`) name several documents: names an id and its count |

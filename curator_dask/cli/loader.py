@@ -41,6 +41,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+from curator_dask.classes import NEMO_PACKAGE, is_nemo
 from curator_dask.cli.recipe import (
     SECTIONS,
     RecipeOptions,
@@ -50,7 +51,7 @@ from curator_dask.cli.recipe import (
 )
 from curator_dask.cli.targets import PipelineDefinitionError, TargetRule, resolve_path_arguments
 from curator_dask.pipeline import Pipeline
-from curator_dask.stages.model import NEMO_PACKAGE, is_nemo, is_stage_class
+from curator_dask.stages.model import is_stage_class
 
 _TOP_KEYS = {"name", "description", "stages", "config", *SECTIONS}
 

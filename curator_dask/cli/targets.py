@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from curator_dask.classes import NEMO_PACKAGE
 from curator_dask.errors import CuratorDaskError
-from curator_dask.stages.model import NEMO_PACKAGE
 
 LIBRARIES = ("curator_dask", NEMO_PACKAGE)
 ALLOW_OPTION = "--allow-target-module"

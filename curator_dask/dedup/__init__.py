@@ -9,11 +9,11 @@ from __future__ import annotations
 from curator_dask.utils.lazy import lazy_exports
 
 _EXPORTS = {
-    "CURATOR_DEDUP_ID_STR": "curator_dask.dedup.id_generator",
-    "IdGeneratorBase": "curator_dask.dedup.id_generator",
-    "create_id_generator_actor": "curator_dask.dedup.id_generator",
-    "write_id_generator_to_disk": "curator_dask.dedup.id_generator",
-    "kill_id_generator_actor": "curator_dask.dedup.id_generator",
+    "CURATOR_DEDUP_ID_STR": "curator_dask.ids.generator",
+    "IdGeneratorBase": "curator_dask.ids.generator",
+    "create_id_generator_actor": "curator_dask.ids.generator",
+    "write_id_generator_to_disk": "curator_dask.ids.generator",
+    "kill_id_generator_actor": "curator_dask.ids.generator",
     "ExactDeduplicationWorkflow": "curator_dask.dedup.exact",
     "FuzzyDeduplicationWorkflow": "curator_dask.dedup.fuzzy.workflow",
     "TextDuplicatesRemovalWorkflow": "curator_dask.dedup.removal",

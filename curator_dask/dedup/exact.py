@@ -40,7 +40,6 @@ from curator_dask.dedup.exact_ids import (
     ids_key,
     write_duplicate_ids,
 )
-from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR
 from curator_dask.dedup.phases import (
     ID_COLUMN,
     check_initial_tasks,
@@ -48,6 +47,7 @@ from curator_dask.dedup.phases import (
     said_once,
 )
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             return self._run(executor, initial_tasks)
 
     def _run(self, executor: Any, initial_tasks: list[Any] | None) -> WorkflowRunResult:
-        from curator_dask.dedup.id_generator import id_generator_exists
+        from curator_dask.ids.generator import id_generator_exists
 
         if self.assign_id and id_generator_exists():
             msg = ("An existing id generator was found. Save it with "

@@ -8,7 +8,7 @@ completed, through the same completion plugin and LMDB files as any run. Each gr
 paths), written atomically, and records the group's paths and row count in its schema metadata.
 
 Ids are given after phase 1, on the driver: the groups are registered with an
-:class:`~curator_dask.dedup.id_generator.IdGeneratorBase` in plan order (the order of the
+:class:`~curator_dask.ids.generator.IdGeneratorBase` in plan order (the order of the
 groups' paths), and row ``i`` of a group gets ``first_id + i``. NeMo's workflows register each
 group when a worker reads it, so their ids depend on which worker finished first; these do
 not, so a clean run, a resumed run and a rerun agree, and NeMo's
@@ -155,7 +155,7 @@ class Phase1Result:
     def id_generator(self) -> Any:
         """An id generator with every group registered in plan order (NeMo's JSON with
         ``to_disk``)."""
-        from curator_dask.dedup.id_generator import IdGeneratorBase
+        from curator_dask.ids.generator import IdGeneratorBase
 
         generator = IdGeneratorBase()
         for g in self.groups:

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch
 
@@ -225,7 +225,7 @@ class TextDuplicatesRemovalWorkflow(WorkflowBase):
         if self.id_generator_path is None:
             outputs = self._run_pipeline(pipeline, executor, initial_tasks)
         else:
-            from curator_dask.dedup import id_generator as ids
+            from curator_dask.ids import generator as ids
 
             ids.create_id_generator_actor(self.id_generator_path,
                                           storage_options=self.id_generator_storage_options)

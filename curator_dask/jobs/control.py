@@ -146,7 +146,7 @@ def signal_driver(job_dir: str, sig: int = signal.SIGTERM) -> int:
 
 def _cancel_on_scheduler(dask_scheduler: Any = None, token: str = "", client: str = "",
                          reason: str = "") -> int:
-    from curator_dask.backends.dask.keys import is_run_key
+    from curator_dask.utils.run_keys import is_run_key
 
     keys = [k for k in dask_scheduler.tasks if is_run_key(k, token)]
     if keys:

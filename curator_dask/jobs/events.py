@@ -3,7 +3,7 @@
 Every record carries ``job_id``, ``run_id`` (the attempt), a ``seq`` that strictly increases
 across all attempts of the job (a new writer continues after the last record on disk), a UTC
 timestamp and a ``type``. Records are flushed as they are written; ``close`` fsyncs. Each
-record is written through :func:`~curator_dask.jobs.redact.redact` (no credential in clear).
+record is written through :func:`~curator_dask.utils.redact.redact` (no credential in clear).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from curator_dask.jobs.redact import redact
+from curator_dask.utils.redact import redact
 
 EVENT_TYPES = frozenset({
     "job_start", "job_complete", "job_failed", "job_stopped", "run_resume", "sources_planned",

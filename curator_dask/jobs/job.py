@@ -3,7 +3,7 @@
 The job id is the resume token: ``YYYYMMDD_HHMMSS_<6 hex>`` (UTC) or a user-given plain token.
 A resume compares the saved configuration and input fingerprints with the current ones and
 refuses, naming every difference, when they do not match. It never deletes anything.
-Credentials are compared by digest (:mod:`curator_dask.jobs.redact`): a changed one is named,
+Credentials are compared by digest (:mod:`curator_dask.utils.redact`): a changed one is named,
 never shown.
 (Wiring into ``Pipeline.run`` and the CLI is part of the jobs issue, still in progress.)
 """
@@ -18,9 +18,9 @@ import secrets
 from typing import Any
 
 from curator_dask.errors import CuratorDaskError
-from curator_dask.jobs.redact import redact
 from curator_dask.resumability.fingerprint import diff_configs, diff_inputs
 from curator_dask.utils.atomic import write_json_atomically
+from curator_dask.utils.redact import redact
 
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CONFIG_FILE = "config_fingerprint.json"

@@ -23,7 +23,6 @@ from curator_dask.jobs.job import (
     new_job_id,
     validate_job_id,
 )
-from curator_dask.jobs.redact import ScrubbingFormatter, collect_secrets, redact
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
     SUMMARY_FILE,
@@ -33,13 +32,14 @@ from curator_dask.jobs.summary import (
 from curator_dask.nemo.logs import LOGGER as LOGURU_RECORDS
 from curator_dask.resumability.fingerprint import config_fingerprint, input_fingerprints
 from curator_dask.utils.atomic import write_json_atomically
+from curator_dask.utils.redact import ScrubbingFormatter, collect_secrets, redact
 
 logger = logging.getLogger(__name__)
 
 
 def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
     """``{path: listing info}`` of the source stage's input files."""
-    from curator_dask.stages.model import class_named
+    from curator_dask.classes import class_named
     from curator_dask.utils.files import gather_file_infos
 
     source = next((s for s in stages if s.is_source_stage), None)

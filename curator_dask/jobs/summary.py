@@ -1,6 +1,6 @@
 """``job_summary.json``: the job's state, rewritten atomically (a heartbeat while running).
 
-It is written through :func:`~curator_dask.jobs.redact.redact`: no credential in clear.
+It is written through :func:`~curator_dask.utils.redact.redact`: no credential in clear.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from curator_dask.jobs.redact import redact
 from curator_dask.utils.atomic import write_atomic
+from curator_dask.utils.redact import redact
 
 # completed_with_failures: the run ended without an error, but some sources saw a
 # FailedTask and stay pending (a resume retries them)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from curator_dask.classes import class_named, is_nemo
 from curator_dask.errors import CuratorDaskError
-from curator_dask.stages.model import class_named, is_nemo
 
 # ray_stage_spec() flags of NeMo stages that need Ray actors talking to each other.
 _RAY_ONLY = {

@@ -6,7 +6,7 @@ NeMo Curator 1.4 keeps document ids in a detached Ray actor. Its readers with
 n))`` (or ``get_batch_range.remote``) once per partition; its users and
 ``TextDuplicatesRemovalWorkflow.run`` start, save and end the actor with
 ``create_id_generator_actor``, ``write_id_generator_to_disk`` and ``kill_id_generator_actor``.
-For runs on a ``DaskExecutor`` these reach :mod:`curator_dask.dedup.id_generator` instead (the
+For runs on a ``DaskExecutor`` these reach :mod:`curator_dask.ids.generator` instead (the
 registry on the driver, and on the run's Dask scheduler while the run is in progress):
 
 - ``get_id_generator_actor()`` inside a curator_dask task on a worker returns a
@@ -98,7 +98,7 @@ def target(name: str) -> Callable[..., Any]:
     if name not in _DRIVER_FUNCTIONS:
         msg = f"{name!r} is not one of NeMo's id generator functions redirected for Dask"
         raise ValueError(msg)
-    from curator_dask.dedup import id_generator as ours
+    from curator_dask.ids import generator as ours
 
     if (_in_workflow.get() or dask_executor_started()
             or (name != "create_id_generator_actor" and ours.id_generator_exists())):
@@ -185,14 +185,14 @@ class _Remote:
         self.name = name
 
     def remote(self, *args: Any, **kwargs: Any) -> Resolved:
-        from curator_dask.dedup import id_generator as ours
+        from curator_dask.ids import generator as ours
 
         return Resolved(getattr(ours, self.name)(*args, **kwargs))
 
 
 class DaskIdGeneratorHandle:
     """What NeMo's reader holds as ``self.id_generator`` in a curator_dask task: the methods it
-    calls on Ray's actor, each one scheduler RPC (:func:`~curator_dask.dedup.id_generator.
+    calls on Ray's actor, each one scheduler RPC (:func:`~curator_dask.ids.generator.
     register_batch`, ``get_batch_range``).
 
     Example:

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from curator_dask.stages.model import NEMO_PACKAGE, Model
+from curator_dask.classes import NEMO_PACKAGE
+from curator_dask.stages.model import Model
 
 
 class NemoStageTimer:

@@ -14,8 +14,9 @@ from curator_dask.backends.base import (
     RunOptions,
     prepare_outputs_and_root_ids,
 )
+from curator_dask.classes import class_named
 from curator_dask.stages.base import ProcessingStage
-from curator_dask.stages.model import class_named, is_stage_class
+from curator_dask.stages.model import is_stage_class
 
 if TYPE_CHECKING:
     from curator_dask.tasks import Task

@@ -25,8 +25,8 @@ from typing import Any
 
 import fsspec
 
-from curator_dask.jobs.redact import is_secret_name, redact, redact_secret
-from curator_dask.stages.model import class_named
+from curator_dask.classes import class_named
+from curator_dask.utils.redact import is_secret_name, redact, redact_secret
 
 _MAX_DEPTH = 6
 # Inside a held object, a container with more items than this is fingerprinted by its length
@@ -161,7 +161,7 @@ def _normalize(value: Any, depth: int = 0, compact: bool = False,
 
 def _param(name: Any, value: Any, normalize: Any = _normalize) -> Any:
     """A named parameter's normalized value; under a credential's name, digests only (the
-    rule: :mod:`curator_dask.jobs.redact`), taken before a container is compacted."""
+    rule: :mod:`curator_dask.utils.redact`), taken before a container is compacted."""
     return redact_secret(normalize(value)) if is_secret_name(name) else normalize(value)
 
 
@@ -197,7 +197,7 @@ def stage_fingerprint(stage: Any) -> dict[str, Any]:
     - A value under a credential's name, at any depth (``hf_token``, ``password``,
       ``storage_options`` ``account_key``, ``sas_token``, ``connection_string``, ...), and the
       value of a ``name=value`` pair with such a name inside a string, by a digest only: a
-      change is seen, the value never written (the rule: :mod:`curator_dask.jobs.redact`).
+      change is seen, the value never written (the rule: :mod:`curator_dask.utils.redact`).
     - Run-time state is represented by its class only, so that it neither fails nor
       destabilizes the fingerprint: modules, and objects of the standard library's thread,
       lock, queue, logging, file, socket and process modules, of file systems and clients

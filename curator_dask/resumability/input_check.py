@@ -71,7 +71,7 @@ class InputCheck:
         return self.mode != "off"
 
     def _source_files(self, task: Any) -> dict[str, Any]:
-        from curator_dask.stages.model import class_named
+        from curator_dask.classes import class_named
 
         if not class_named(task, "FileGroupTask"):  # either model's
             msg = (f"verify_inputs={self.mode!r} needs sources that are file groups (a "

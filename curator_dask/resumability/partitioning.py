@@ -80,7 +80,7 @@ def file_groups(sources: Sequence[Any]) -> dict[str, list[str]]:
     """``{source id: files}`` of the sources that are file groups (either model's). Row-range
     partitions are not: several share a file, and ``partitioning_info.json`` checks them
     (``curator_dask/partitions/resume.py``)."""
-    from curator_dask.stages.model import class_named
+    from curator_dask.classes import class_named
 
     return {t.get_source_id(): [str(p) for p in t.data] for t in sources
             if class_named(t, "FileGroupTask") and not class_named(t, "RowRangeTask")

@@ -252,7 +252,7 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
 
     def _save_dependents(self) -> None:
         """Save first what the completions about to be committed depend on: the run's id
-        registry (``curator_dask.dedup.id_generator_plugin``), so a resumed run that skips a
+        registry (``curator_dask.ids.plugin``), so a resumed run that skips a
         completed source finds the ids that source's outputs hold."""
         for plugin in list(self.scheduler.plugins.values()):
             save = getattr(plugin, "save_before_completions", None)

@@ -17,32 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from curator_dask.lineage import class_names
-
-NEMO_PACKAGE = "nemo_curator"
-
-
-def is_nemo(obj: object) -> bool:
-    """Whether ``obj`` is (or its class derives from) a NeMo Curator class; imports nothing.
-
-    Example:
-        >>> is_nemo(object()), is_nemo(3)
-        (False, False)
-    """
-    cls = obj if isinstance(obj, type) else type(obj)
-    return any(c.__module__.partition(".")[0] == NEMO_PACKAGE for c in cls.__mro__)
-
-
-def class_named(obj: object, *names: str) -> bool:
-    """Whether ``obj``'s class or a base is called one of ``names`` (either model's class).
-
-    Example:
-        >>> class FileGroupTask: pass
-        >>> class Mine(FileGroupTask): pass
-        >>> class_named(Mine(), "FileGroupTask")
-        True
-    """
-    return not class_names(type(obj)).isdisjoint(names)
+from curator_dask.classes import is_nemo
 
 
 def is_stage_class(cls: Any) -> bool:

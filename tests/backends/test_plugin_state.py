@@ -21,8 +21,8 @@ import pytest
 
 from curator_dask import JsonlReader, JsonlWriter, Pipeline
 from curator_dask.backends.dask.worker import StageHost
-from curator_dask.dedup.id_generator import IdGeneratorBase
-from curator_dask.dedup.id_generator_plugin import IdGeneratorPlugin, to_wire
+from curator_dask.ids.generator import IdGeneratorBase
+from curator_dask.ids.plugin import IdGeneratorPlugin, to_wire
 from curator_dask.resumability.plugin import CompletionPlugin
 from curator_dask.sample_data import generate_jsonl
 from curator_dask.stages.base import ProcessingStage

@@ -152,7 +152,7 @@ def processing_run_tasks(summary: dict) -> int:
     token = summary["run_key_token"]
 
     def count(dask_scheduler=None) -> int:
-        from curator_dask.backends.dask.keys import is_run_key
+        from curator_dask.utils.run_keys import is_run_key
 
         return sum(1 for key, ts in dask_scheduler.tasks.items()
                    if is_run_key(key, token) and ts.state == "processing")

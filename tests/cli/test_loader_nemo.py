@@ -17,10 +17,10 @@ from nemo_curator.stages.text.io.reader import JsonlReader
 from nemo_curator.stages.text.io.writer import JsonlWriter
 from nemo_curator.stages.text.modifiers import Modify, UrlRemover
 
+from curator_dask.classes import is_nemo
 from curator_dask.cli import loader
 from curator_dask.cli.loader import PipelineDefinitionError, load_pipeline
 from curator_dask.pipeline import Pipeline
-from curator_dask.stages.model import is_nemo
 from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curator_dask.dedup import id_generator as ids
+from curator_dask.ids import generator as ids
 
 
 @pytest.fixture(autouse=True)

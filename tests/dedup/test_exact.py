@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curator_dask.dedup import ExactDeduplicationWorkflow
-from curator_dask.dedup import id_generator as ids
+from curator_dask.ids import generator as ids
 from tests.dedup.exact_corpus import read_corpus, write_corpus
 
 pytestmark = pytest.mark.slow

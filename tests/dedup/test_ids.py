@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, ParquetReader, Pipeline
-from curator_dask.dedup import id_generator as ids
-from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR, IdGeneratorBase
-from curator_dask.dedup.id_generator_run import IdGeneratorMissingError
 from curator_dask.errors import StageError
+from curator_dask.ids import generator as ids
+from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR, IdGeneratorBase
+from curator_dask.ids.run import IdGeneratorMissingError
 from curator_dask.sample_data import generate_jsonl
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.stages.text.io.reader.jsonl import JsonlReaderStage
@@ -162,7 +162,7 @@ def test_while_a_run_installs_its_registry_the_driver_reads_the_state_it_install
     # A fake client (named as such): the window between a run taking the generator and its
     # scheduler plugin being registered is too short to hit on purpose with a real cluster
     # (CI hit it once); the fake asks for the state from inside that window.
-    from curator_dask.dedup.id_generator_run import RunIdRegistry
+    from curator_dask.ids.run import RunIdRegistry
 
     ids.create_id_generator_actor()
     ids.register_batch(["a.jsonl"], 5)

@@ -14,8 +14,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR, IdGeneratorBase
-from curator_dask.dedup.id_generator_run import checkpoint_file
+from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR, IdGeneratorBase
+from curator_dask.ids.run import checkpoint_file
 from curator_dask.lineage import get_deterministic_hash
 from curator_dask.sample_data import generate_jsonl
 from tests.helpers import cli_env, completed_ids, poll_for
@@ -32,7 +32,7 @@ import sys, time
 from dataclasses import dataclass
 
 from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
-from curator_dask.dedup import id_generator as ids
+from curator_dask.ids import generator as ids
 from curator_dask.stages.base import ProcessingStage
 
 

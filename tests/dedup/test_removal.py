@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from curator_dask import JsonlReader, JsonlWriter, Pipeline
-from curator_dask.dedup import id_generator as ids
-from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR
 from curator_dask.dedup.removal import TextDuplicatesRemovalStage, TextDuplicatesRemovalWorkflow
+from curator_dask.ids import generator as ids
+from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 from curator_dask.sample_data import generate_jsonl
 from curator_dask.tasks import DocumentBatch
 from tests.helpers import REPO_ROOT, cli_env

@@ -25,7 +25,7 @@ from nemo_curator.stages.deduplication.id_generator import (
 from nemo_curator.stages.text.deduplication.removal_workflow import TextDuplicatesRemovalWorkflow
 from nemo_curator.stages.text.io.reader import JsonlReader, ParquetReader
 
-from curator_dask.dedup import id_generator as ours
+from curator_dask.ids import generator as ours
 from tests.helpers import REPO_ROOT
 from tests.nemo.nemo_pipelines import write_input
 from tests.nemo.no_ray import MARKER, assert_no_ray, ray_daemons
@@ -99,7 +99,7 @@ def test_nemo_readers_generate_then_assign_ids_on_dask(tmp_path, executor, filet
 
 def test_a_reader_with_ids_and_no_generator_fails_before_the_cluster_starts(tmp_path):
     from curator_dask import DaskExecutor
-    from curator_dask.dedup.id_generator_run import IdGeneratorMissingError
+    from curator_dask.ids.run import IdGeneratorMissingError
 
     executor = DaskExecutor(n_workers=1, progress=False)
     pipeline = Pipeline(name="no-generator", stages=[
@@ -147,7 +147,7 @@ DISPATCH = textwrap.dedent("""
              "write_id_generator_to_disk", "kill_id_generator_actor"]
     nemo_code = {n: getattr(nemo_ids, n).__code__ for n in NAMES}
     from curator_dask import DaskExecutor
-    from curator_dask.dedup import id_generator as ours
+    from curator_dask.ids import generator as ours
     from curator_dask.nemo import ids
 
     def nemos():  # the names whose calls run NeMo's own function (its code, unchanged)

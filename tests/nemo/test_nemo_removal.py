@@ -29,7 +29,7 @@ REMOVAL = textwrap.dedent("""
         TextDuplicatesRemovalWorkflow)
     from nemo_curator.stages.deduplication import id_generator as nemo_ids
     from curator_dask import DaskExecutor
-    from curator_dask.dedup import id_generator as ours
+    from curator_dask.ids import generator as ours
     from tests.nemo.no_ray import ray_initialized
     data, ids_json, remove, out = sys.argv[1:5]
     executor = DaskExecutor(n_workers=2, progress=False)

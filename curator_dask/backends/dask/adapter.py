@@ -16,10 +16,11 @@ from typing import Any
 
 from curator_dask import lineage
 from curator_dask.backends.counts import StageCount
+from curator_dask.classes import class_named
 from curator_dask.errors import StageError
 from curator_dask.resumability.counters import DeltaLog, stage_deltas
 from curator_dask.stages.base import ProcessingStage
-from curator_dask.stages.model import class_named, model_of
+from curator_dask.stages.model import model_of
 from curator_dask.tasks import Task
 
 

@@ -87,9 +87,9 @@ def run_head_on_cluster(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
     """
     from distributed import as_completed
 
-    from curator_dask.backends.dask.keys import task_key
     from curator_dask.backends.dask.streaming import SchedulerWatch, completed
     from curator_dask.backends.dask.worker import StageHost, run_head_batch
+    from curator_dask.utils.run_keys import task_key
 
     group = plan.head_group
     host = StageHost(run_id, list(stages), head=group.stage_indices)

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from curator_dask.backends.counts import StageCount
-from curator_dask.backends.dask.keys import run_token
+from curator_dask.utils.run_keys import run_token
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ from curator_dask.backends.dask.result import RunResult
 from curator_dask.backends.dask.run_stream import register_stage_host, stream_sources
 from curator_dask.backends.dask.source_feed import LazySourceTasks, SourceFeed
 from curator_dask.backends.dask.stop import RUNS, StopSignal
-from curator_dask.dedup.id_generator_run import NoRunIds, ids_for_run
 from curator_dask.errors import (
     RunStopped,
     StageError,
@@ -45,6 +44,7 @@ from curator_dask.errors import (
     warn_partial_run,
     with_resume_hint,
 )
+from curator_dask.ids.run import NoRunIds, ids_for_run
 from curator_dask.lineage import is_empty_task, source_id_of
 from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask

@@ -16,8 +16,8 @@ from curator_dask.backends.dask.perf_report import performance_report
 from curator_dask.backends.dask.progress import StageBars
 from curator_dask.backends.dask.streaming import SourceStream, StreamSettings, StreamSink
 from curator_dask.backends.dask.worker import StageHost
+from curator_dask.classes import is_nemo
 from curator_dask.errors import SchedulerLostError
-from curator_dask.stages.model import is_nemo
 
 if TYPE_CHECKING:
     from curator_dask.backends.dask.run import DaskRun

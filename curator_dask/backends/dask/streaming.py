@@ -26,7 +26,6 @@ from typing import Any
 from curator_dask import config as _config
 from curator_dask.backends.dask.adapter import failed_among, source_files
 from curator_dask.backends.dask.driver_gc import Freezer, frozen_heap
-from curator_dask.backends.dask.keys import task_key
 from curator_dask.backends.dask.start_gate import NotStarted, close_gate, finished_result, run_gated
 from curator_dask.backends.dask.stop import StopSignal
 from curator_dask.backends.dask.watches import SchedulerWatch, WorkerWatch, completed
@@ -34,6 +33,7 @@ from curator_dask.backends.dask.window import ChunkSizer, PartitionCap
 from curator_dask.backends.dask.worker import GroupResult, PackedSources
 from curator_dask.backends.dask.worker_faults import Chain, StallWatch, killed_worker_error
 from curator_dask.errors import RunStopped, SchedulerLostError
+from curator_dask.utils.run_keys import task_key
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from distributed import WorkerPlugin, get_worker
 
 from curator_dask.backends.counts import StageCount
 from curator_dask.backends.dask.adapter import StageAdapter, run_stages
+from curator_dask.classes import is_nemo
 from curator_dask.errors import StageError
 from curator_dask.resumability.counters import DeltaLog
 from curator_dask.resumability.plugin import TOPIC
@@ -43,7 +44,7 @@ from curator_dask.resumability.stage_checkpoints import (
     CheckpointRuntime,
 )
 from curator_dask.stages.base import ProcessingStage
-from curator_dask.stages.model import is_nemo, model_of
+from curator_dask.stages.model import model_of
 from curator_dask.tasks import Task
 from curator_dask.utils.unpicklable import RemadeWhenUnpickled
 

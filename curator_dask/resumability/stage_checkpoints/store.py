@@ -57,7 +57,7 @@ def chain_fingerprint(stages: Sequence[Any], upto: int) -> str:
 
 def source_input_digest(task: Any) -> str | None:
     """A digest of a source's input files (path, size, mtime or ETag); ``None`` if not files."""
-    from curator_dask.stages.model import class_named
+    from curator_dask.classes import class_named
 
     if not class_named(task, "FileGroupTask") or not task.data:  # either model's
         return None

@@ -28,7 +28,7 @@ class BaseReaderStage(ProcessingStage[FileGroupTask, DocumentBatch]):
 
     ``_generate_ids=True`` adds NeMo's ``_curator_dedup_id`` column from the run's id generator
     (a contiguous range per partition, registered for its files); ``_assign_ids=True`` adds the
-    range registered before (``curator_dask.dedup.id_generator``, docs/deduplication.md).
+    range registered before (``curator_dask.ids.generator``, docs/deduplication.md).
     """
 
     fields: list[str] | None = None
@@ -180,7 +180,7 @@ def refuse_both_id_options(reader: Any) -> None:
 
 
 def id_column(reader: Any) -> list[str]:
-    from curator_dask.dedup.id_generator import CURATOR_DEDUP_ID_STR
+    from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 
     return [CURATOR_DEDUP_ID_STR] if reader._generate_ids or reader._assign_ids else []
 
@@ -189,7 +189,7 @@ def add_ids(batch: DocumentBatch, task: FileGroupTask, *, generate: bool) -> Non
     """NeMo's id column from the run's id generator: registered for the task's files
     (``generate``) or looked up; a row-range partition is keyed by its deterministic id, as
     NeMo keys a task that is not a file group."""
-    from curator_dask.dedup import id_generator as ids
+    from curator_dask.ids import generator as ids
 
     pieces = (getattr(task, "reader_config", None) or {}).get("pieces")
     key = task.get_deterministic_id() if pieces else list(task.data)

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from curator_dask.jobs.redact import (
+from curator_dask.jobs.run import JobRun
+from curator_dask.resumability.fingerprint import config_fingerprint, stage_fingerprint
+from curator_dask.stages.base import ProcessingStage
+from curator_dask.utils.redact import (
     FREE_TEXT,
     collect_secrets,
     is_secret_name,
@@ -19,9 +22,6 @@ from curator_dask.jobs.redact import (
     redacted,
     scrub_text,
 )
-from curator_dask.jobs.run import JobRun
-from curator_dask.resumability.fingerprint import config_fingerprint, stage_fingerprint
-from curator_dask.stages.base import ProcessingStage
 
 SECRET_NAMES = [
     "account_key", "aws_secret_access_key", "key", "api_key", "apiKey", "x-api-key",

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from curator_dask.dedup.id_generator import IdGeneratorBase, _Driver
 from curator_dask.errors import CuratorDaskError
+from curator_dask.ids.generator import IdGeneratorBase, _Driver
 from curator_dask.resumability.layout import ID_GENERATOR_PATH
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class RunIdRegistry:
             start = resumed_state(driver, saved, where)
             self.before = start
             _Driver.holder = self
-        from curator_dask.dedup.id_generator_plugin import IdGeneratorPlugin, to_wire
+        from curator_dask.ids.plugin import IdGeneratorPlugin, to_wire
 
         plugin = IdGeneratorPlugin(
             self.run_id, to_wire(start),
@@ -154,7 +154,7 @@ class RunIdRegistry:
 
     def call(self, action: str, **kwargs: Any) -> Any:
         """A request from the driver during the run, answered by the scheduler."""
-        from curator_dask.dedup.id_generator_plugin import HANDLER
+        from curator_dask.ids.plugin import HANDLER
 
         method = getattr(self.client.scheduler, HANDLER)
         return self.client.sync(method, action=action, run=self.run_id, **kwargs)
@@ -162,7 +162,7 @@ class RunIdRegistry:
     def live_state(self) -> IdGeneratorBase:
         """The scheduler's state now; while :meth:`install` is still registering the plugin,
         the state it installs (no source has run yet)."""
-        from curator_dask.dedup.id_generator_plugin import from_wire
+        from curator_dask.ids.plugin import from_wire
 
         if self.client is None:
             return (self.before or IdGeneratorBase()).copy()
@@ -181,7 +181,7 @@ class RunIdRegistry:
                 _Driver.holder = None
 
     def _closed_state(self) -> IdGeneratorBase | None:
-        from curator_dask.dedup.id_generator_plugin import close_handler_name, from_wire
+        from curator_dask.ids.plugin import close_handler_name, from_wire
 
         try:
             state = self.client.sync(getattr(self.client.scheduler,

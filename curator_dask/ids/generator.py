@@ -7,8 +7,8 @@ JSON) lives:
 
 - **on the driver** between runs (this module's driver functions, which need no cluster);
 - **on the run's Dask scheduler** while a run whose stages generate or assign ids is in
-  progress (a scheduler extension, :mod:`.id_generator_plugin`), installed before any source
-  runs and brought back when the run ends, also after a failure (:mod:`.id_generator_run`);
+  progress (a scheduler extension, :mod:`.plugin`), installed before any source
+  runs and brought back when the run ends, also after a failure (:mod:`.run`);
 - **in the checkpoint** of a checkpointed run (``<checkpoint>/.curator_dask/id_generator.json``,
   NeMo's format), saved before any completion whose ids it holds is recorded, restored when the
   run is resumed.
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from curator_dask.errors import CuratorDaskError
 
 if TYPE_CHECKING:
-    from curator_dask.dedup.id_generator_run import RunIdRegistry
+    from curator_dask.ids.run import RunIdRegistry
 
 CURATOR_DEDUP_ID_STR = "_curator_dedup_id"
 
@@ -279,7 +279,7 @@ def _paths(files: str | list[str]) -> str | list[str]:
 
 
 def _call(action: str, **kwargs: Any) -> Any:
-    from curator_dask.dedup.id_generator_plugin import call_from_worker, serve
+    from curator_dask.ids.plugin import call_from_worker, serve
 
     worker = _current_worker()
     if worker is not None:

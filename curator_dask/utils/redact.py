@@ -50,7 +50,7 @@ from typing import Any
 ROUNDS = 100_000
 MIN_SCRUBBED = 4  # shorter secret values are not searched for in free text (too many hits)
 FREE_TEXT = frozenset({"error", "message", "command", "resume_command", "traceback"})
-_SALT = b"curator_dask.jobs.redact/v1"
+_SALT = b"curator_dask.utils.redact/v1"
 _TOKEN = re.compile(r"^<redacted sha256:[0-9a-f]+>$")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _EXACT = frozenset({

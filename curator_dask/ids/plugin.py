@@ -4,7 +4,7 @@ Why the scheduler and not a Dask actor: an actor lives on one worker and dies wi
 the ids it handed out with it, while the scheduler already is the run's single point of state
 (the completion plugin lives there too) and outlives any worker. Workers reach it from inside a
 task with one RPC per partition, on the handler ``curator_dask_ids``; one handler serves every
-run's plugin, picking the run by its token in the calling task's key (``backends/dask/keys``),
+run's plugin, picking the run by its token in the calling task's key (``utils/run_keys``),
 so several runs with ids can share a cluster.
 
 With a checkpoint the registry is written to ``<checkpoint>/.curator_dask/id_generator.json``
@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from curator_dask.backends.dask.keys import is_run_key, run_token
-from curator_dask.dedup.id_generator import IdGeneratorBase
+from curator_dask.ids.generator import IdGeneratorBase
+from curator_dask.utils.run_keys import is_run_key, run_token
 from curator_dask.utils.unpicklable import RemadeWhenUnpickled
 
 logger = logging.getLogger(__name__)
