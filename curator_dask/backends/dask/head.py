@@ -26,15 +26,14 @@ from curator_dask.stages.model import model_of
 logger = logging.getLogger(__name__)
 
 
-def settle_source(stages: Sequence[Any], plan: ExecutionPlan, options: Any,
-                  observer: Any) -> None:
+def settle_source(stages: Sequence[Any], plan: ExecutionPlan, options: Any, *,
+                  strict: bool) -> None:
     """Before the head runs, hand the source stage the run's checkpoint, if it asks for it
     (``use_partition_record``: row-range partitions rebuilt from the checkpoint's record and
-    verified, or recorded; docs/partitions-inside-files.md). A job's resume is strict."""
+    verified, or recorded; docs/partitions-inside-files.md). ``strict``: a job's resume."""
     use = getattr(stages[plan.head[-1]], "use_partition_record", None) if plan.head else None
     if callable(use):
-        use(options.checkpoint_path, options.checkpoint_storage_options,
-            strict=bool(getattr(observer, "resumed", False)))
+        use(options.checkpoint_path, options.checkpoint_storage_options, strict=strict)
 
 
 def run_head(stages: Sequence[Any], plan: ExecutionPlan, initial: list[Any],

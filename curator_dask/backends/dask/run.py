@@ -24,19 +24,24 @@ from curator_dask.backends.base import (
     RunOptions,
     prepare_outputs,
 )
-from curator_dask.backends.counts import StageCount
-from curator_dask.backends.dask import source_feed
-from curator_dask.backends.dask.events import EventStream
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
-from curator_dask.backends.dask.progress import LiveProgress, notice, showing
+from curator_dask.backends.dask.progress import notice, showing
 from curator_dask.backends.dask.resource_check import check_resources
 from curator_dask.backends.dask.result import RunResult
+from curator_dask.backends.dask.run_parts import RunReport, RunServices, RunSources
 from curator_dask.backends.dask.run_stream import register_stage_host, stream_sources
-from curator_dask.backends.dask.source_feed import LazySourceTasks, SourceFeed
+from curator_dask.backends.dask.source_feed import (
+    LazySourceTasks,
+    SourceFeed,
+    feed_or_list,
+    whole_list_reason,
+)
 from curator_dask.backends.dask.stop import RUNS, StopSignal
+from curator_dask.backends.dask.streaming import StreamSettings
 from curator_dask.errors import (
     RunStopped,
+    SchedulerLostError,
     StageError,
     nothing_started,
     run_interrupted,
@@ -44,7 +49,7 @@ from curator_dask.errors import (
     warn_partial_run,
     with_resume_hint,
 )
-from curator_dask.ids.run import NoRunIds, ids_for_run
+from curator_dask.ids.run import ids_for_run
 from curator_dask.lineage import is_empty_task, source_id_of
 from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask
@@ -61,6 +66,11 @@ class DaskRun:
     from ``options``) and the caller's (a job, or ``NullObserver``); their ``run_finished``
     hears once how the run ended (:class:`~curator_dask.backends.base.RunEnd`), with whether a
     ``FailedTask`` was seen decided here (:meth:`saw_failed_task`).
+
+    Its helpers in other modules get the typed parts they use (:mod:`.run_parts`): the
+    ``services`` it connects and opens, the ``report`` it keeps, its ``sources``; they return
+    what they learn (a lost scheduler is the ``SchedulerLostError`` the stream raises, recorded
+    here), and none touches the run's own attributes.
     """
 
     def __init__(self, executor: Any, stages: Sequence[Any], options: RunOptions,
@@ -69,39 +79,23 @@ class DaskRun:
                                                                    observer)
         self.observers: list[Any] = [observer]  # the shard's goes first, once made
         self.given = initial_tasks
-        self.started = time.perf_counter()
-        self.timings: dict[str, float] = {}
         self.run_id = uuid.uuid4().hex[:12]
         self.stop = StopSignal(self.run_id)  # registered in RUNS while the run is in progress
-        self.live = LiveProgress(stages, self.run_id)
-        self.counts = {i: StageCount() for i in range(len(stages))}
         quiet = isinstance(observer, NullObserver)  # no consumer: skip building records
-        self.events = EventStream(None if quiet else observer.event, stages)
-        self.ids: Any = NoRunIds()
-        self.shard: Any = None
+        self.report = RunReport.for_stages(stages, self.run_id,
+                                           None if quiet else observer.event)
+        self.services = RunServices()
+        self.sources = RunSources()
         self.plan: ExecutionPlan | None = None
         self.initial: list[Any] = []
-        self.client: Any = None
-        self.completion: Any = None
-        self.planner: Any = None
-        self.input_check: Any = None
         self.summary: dict[str, Any] | None = None
         self.scheduler_lost: str | None = None  # set when the run gave up on its scheduler
-        # The source tasks, until the stream takes them over (it lets each go once submitted):
-        # afterwards only their numbers are kept.
-        self.sources: list[Any] = []
-        self.todo: list[Any] | SourceFeed = []
-        self.feed: SourceFeed | None = None  # the sources of a lazy source stage
         self.head_reported = False
-        self.n_sources = self.n_todo = self.skipped = 0
         try:  # refused here, the executor starts nothing for the run
             self.prepare()
         except BaseException as exc:
             self.notify(None, exc)
             raise
-
-    def mark(self, name: str) -> None:
-        self.timings[name] = time.perf_counter() - self.started
 
     # -- the lifecycle ----------------------------------------------------------------------
     def execute(self) -> RunResult:
@@ -139,7 +133,7 @@ class DaskRun:
         stages, options = self.stages, self.options
         refuse_ray_only(stages)
         refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
-        self.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails here
+        self.services.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails here
         if self.given:  # the writers' folders once the inputs are found (steps)
             from curator_dask.lineage import assign_root_task_ids
 
@@ -147,9 +141,9 @@ class DaskRun:
         self.initial = list(self.given or [EmptyTask()])
         from curator_dask.slurm.run import ArrayShardRun
 
-        self.shard = ArrayShardRun.for_run(options)
-        if self.shard is not None:
-            self.observers.insert(0, self.shard)
+        shard = self.services.shard = ArrayShardRun.for_run(options)
+        if shard is not None:
+            self.observers.insert(0, shard)
         # Initial tasks given (URLs, archives, file groups): the head is real work, run on the
         # cluster; from the implicit EmptyTask it discovers files, on the driver.
         self.plan = build_plan(
@@ -159,34 +153,63 @@ class DaskRun:
     def steps(self) -> list[Any]:
         """From the observers' binding to the sink's outputs and the flushed checkpoint."""
         for observer in self.observers:
-            observer.bind(stop=self.stop.request, progress=self.live.snapshot)
+            observer.bind(stop=self.stop.request, progress=self.report.live.snapshot)
         document = plan_document(self.stages, self.plan, self.options.stage_checkpoints.to_dict(),
                                  self.options.max_concurrent_partitions)
         settings = self.executor.settings()
         for observer in self.observers:
             observer.plan_built(document, settings)
-        settle_source(self.stages, self.plan, self.options, self.observer)
+        settle_source(self.stages, self.plan, self.options,
+                      strict=bool(getattr(self.observer, "resumed", False)))
         if self.plan.head_group is None:  # file discovery needs no cluster: first
             self.run_head_on_driver()
         # after every refusal, the inputs' included: a refused run has made and deleted nothing
         prepare_outputs(self.stages, self.options.checkpoint_path)
         self.connect()
-        check_resources(self.client, self.stages, self.plan,
+        check_resources(self.services.client, self.stages, self.plan,
                         getattr(self.executor.cluster, "worker_resources", None))
         self.open_checkpoint()
         if self.plan.head_group is not None:
             initial, self.initial = self.initial, []
-            self.sources = run_head_on_cluster(
-                self.client, self.stages, self.plan, initial, self.counts, run_id=self.run_id,
-                window=self.executor.max_in_flight, stop=self.stop,
+            self.sources.sources = run_head_on_cluster(
+                self.services.client, self.stages, self.plan, initial, self.report.counts,
+                run_id=self.run_id, window=self.executor.max_in_flight, stop=self.stop,
                 register=register_stage_host)
             self.head_done()
         self.select_sources()
         self.prepare_stage_checkpoints()
-        outputs = stream_sources(self) if self.plan.groups and self.todo else self.todo
-        if self.completion is not None:
-            self.summary = self.completion.close()
+        if self.plan.groups and self.sources.todo:
+            outputs = self.stream()
+        else:
+            outputs = list(self.sources.todo)
+        if self.services.completion is not None:
+            self.summary = self.services.completion.close()
         return outputs
+
+    def stream(self) -> list[Any]:
+        """The stream step (:func:`~.run_stream.stream_sources`), given the run's parts and
+        the executor's settings; a lost scheduler is recorded here (nothing can be flushed or
+        removed there) and raised."""
+        executor, sources = self.executor, self.sources
+        cluster = executor.cluster
+        settings = StreamSettings(
+            window=executor.max_in_flight,
+            max_concurrent_partitions=self.options.max_concurrent_partitions,
+            max_sources_per_task=executor.max_sources_per_task,
+            keep_outputs=executor.keep_outputs, drain_timeout=executor.drain_timeout,
+            adaptive=executor.adapt is not None,
+            embedded=hasattr(cluster, "curator_dask_start_method"))
+        try:
+            return stream_sources(
+                self.stages, self.plan, sources.take(), run_id=self.run_id, stop=self.stop,
+                services=self.services, report=self.report, settings=settings,
+                progress=executor.progress,
+                known_total=sources.to_process if sources.feed is None else None,
+                failure=getattr(cluster, "failure", None),
+                performance_report_path=self.options.performance_report)
+        except SchedulerLostError as exc:
+            self.scheduler_lost = str(exc)
+            raise
 
     def notify(self, result: RunResult | None, error: BaseException | None) -> None:
         """Every observer's ``run_finished``, in order; one that raises (the shard's manifest
@@ -210,11 +233,13 @@ class DaskRun:
         """The error a stopped or interrupted run ends with, counting what really completed
         (the checkpoint's count when there is one) and what may have been written besides
         (:func:`~curator_dask.errors.stop_summary`)."""
-        collected = self.live.sources["completed"]
-        todo, skipped, more = self.n_todo, self.skipped, False
-        if self.feed is not None and not self.feed.exhausted:  # what it had given so far
-            todo, skipped, more = self.feed.total - self.feed.skipped, self.feed.skipped, True
-        if todo == 0 and collected == 0 and not self.live.cut and not more:
+        live, sources = self.report.live, self.sources
+        collected = live.sources["completed"]
+        todo, skipped, more = sources.to_process, sources.skipped, False
+        feed = sources.feed
+        if feed is not None and not feed.exhausted:  # what it had given so far
+            todo, skipped, more = feed.total - feed.skipped, feed.skipped, True
+        if todo == 0 and collected == 0 and not live.cut and not more:
             # before any source started (the cluster's start, the head): "0 of 0" says nothing
             counted = nothing_started(skipped=skipped, checkpoint=self.options.checkpoint_path)
             if isinstance(stop, KeyboardInterrupt):
@@ -222,7 +247,7 @@ class DaskRun:
             return RunStopped(f"{stop}: stopped {counted}")
         counted = stop_summary(
             done=(self.summary or {}).get("completed_in_run", collected), todo=todo,
-            skipped=skipped, collected=collected, cut=self.live.cut,
+            skipped=skipped, collected=collected, cut=live.cut,
             checkpoint=self.options.checkpoint_path, more_to_come=more)
         if isinstance(stop, KeyboardInterrupt):  # uncaught in a script: this line only
             return run_interrupted(f"Interrupted (Ctrl+C): {counted}")
@@ -236,7 +261,7 @@ class DaskRun:
         fix; the ``StageError`` around it would only add a traceback of this process)."""
         initial, self.initial = self.initial, []
         try:
-            self.sources = run_head(self.stages, self.plan, initial, self.counts)
+            self.sources.sources = run_head(self.stages, self.plan, initial, self.report.counts)
         except StageError as exc:
             if isinstance(exc.__cause__, NoInputFilesError):
                 raise exc.__cause__ from None
@@ -244,23 +269,24 @@ class DaskRun:
         self.head_done()
 
     def head_done(self) -> None:
-        if not isinstance(self.sources, LazySourceTasks):  # else once it has given its last
+        if not isinstance(self.sources.sources, LazySourceTasks):  # else once it has given all
             self.report_head()
-        self.mark("head")
+        self.report.mark("head")
 
     def report_head(self) -> None:
         """The head's counts into the live progress, once (a lazy source's when it is
         exhausted or the run ends: its count grows as it is pulled)."""
         if not self.head_reported:
             self.head_reported = True
-            self.live.head_done({i: self.counts[i] for i in self.plan.head})
+            self.report.live.head_done({i: self.report.counts[i] for i in self.plan.head})
 
     def connect(self) -> None:
-        self.client = self.executor.start()
-        self.ids.install(self.client)  # the id generator on the scheduler, before any source
-        self.mark("cluster")
-        self.live.scheduler = getattr(getattr(self.client, "scheduler", None), "address", None)
-        self.live.dashboard = self.executor.dashboard_link()
+        client = self.services.client = self.executor.start()
+        self.services.ids.install(client)  # the id generator on the scheduler, before a source
+        self.report.mark("cluster")
+        live = self.report.live
+        live.scheduler = getattr(getattr(client, "scheduler", None), "address", None)
+        live.dashboard = self.executor.dashboard_link()
 
     def open_checkpoint(self) -> None:
         """Register the completion plugin and load the completed set (checkpointed runs)."""
@@ -270,37 +296,49 @@ class DaskRun:
         from curator_dask.resumability.client import CompletionClient
         from curator_dask.resumability.input_check import InputCheck
 
-        self.completion = CompletionClient(self.client, self.run_id, options.checkpoint_path,
-                                           storage_options=options.checkpoint_storage_options)
-        self.mark("checkpoint_loaded")
+        services = self.services
+        services.completion = CompletionClient(
+            services.client, self.run_id, options.checkpoint_path,
+            storage_options=options.checkpoint_storage_options)
+        self.report.mark("checkpoint_loaded")
         check = InputCheck(options.verify_inputs, options.on_input_change,
                            options.checkpoint_path, options.checkpoint_storage_options)
-        self.input_check = check if check.enabled else None
-        self.live.keep_finished_ids = self.input_check is not None  # recorded at the end
+        services.input_check = check if check.enabled else None
+        # recorded at the end
+        self.report.live.keep_finished_ids = services.input_check is not None
 
     def select_sources(self) -> None:
         """The array shard's sources, less those completed (unless their inputs changed); from
         a lazy source stage, a :class:`~.source_feed.SourceFeed` where the run allows one."""
-        sources = self.sources
+        services, held = self.services, self.sources
+        sources = held.sources
+        completion = services.completion
         if isinstance(sources, LazySourceTasks):
-            found = source_feed.feed_or_list(self, sources)
+            why = whole_list_reason(
+                sharded=services.shard is not None, verify_inputs=services.input_check is not None,
+                stage_checkpoints=bool(self.options.stage_checkpoints.enabled
+                                       and self.plan.boundaries),
+                sink_follows=bool(self.plan.groups))
+            found = feed_or_list(
+                sources, why, on_exhausted=self.feed_exhausted,
+                completed=completion.completed_source_ids if completion is not None else None)
             if isinstance(found, SourceFeed):  # its totals when it ends: feed_exhausted
-                self.feed, self.todo, self.sources = found, found, []
+                held.feed, held.todo, held.sources = found, found, []
                 return
             self.report_head()
-            sources = self.sources = found  # the whole list (why: in the log)
+            sources = held.sources = found  # the whole list (why: in the log)
         source_stage = self.stages[self.plan.head[-1]]
-        if self.completion is not None:  # every source, before the shard filter
-            self.completion.check_partitioning(source_stage, sources)
-        if self.shard is not None:
-            sources = self.shard.select(sources, source_stage.name)
-        self.sources = self.todo = sources
+        if completion is not None:  # every source, before the shard filter
+            completion.check_partitioning(source_stage, sources)
+        if services.shard is not None:
+            sources = services.shard.select(sources, source_stage.name)
+        held.sources = held.todo = sources
         changed: list[str] = []
-        if self.completion is not None:
-            if self.input_check is not None:
-                changed = self.input_check.changed_sources(
-                    sources, self.completion.completed_ids(sources))
-            self.todo, skipped = self.completion.open_sources(
+        if completion is not None:
+            if services.input_check is not None:
+                changed = services.input_check.changed_sources(
+                    sources, completion.completed_ids(sources))
+            held.todo, skipped = completion.open_sources(
                 sources, reopen=changed, now=not (self.plan.groups and sources))
             self.sources_planned(len(sources), skipped, changed)
         else:
@@ -309,15 +347,15 @@ class DaskRun:
     def sources_planned(self, total: int, skipped: int, changed: Sequence[str] = ()) -> None:
         """The sources' totals, once known (a list's at once, a lazy source's when it has given
         its last): the notice, the live progress and the ``sources_planned`` event."""
-        self.n_sources, self.skipped, self.n_todo = total, skipped, total - skipped
-        if self.completion is not None:
-            self.mark("sources_opened")
+        self.sources.planned(total, skipped)
+        if self.services.completion is not None:
+            self.report.mark("sources_opened")
             again = f" ({len(changed)} of them again: their inputs changed)" if changed else ""
             notice(f"{total} source partitions: {skipped} already complete (skipped), "
                    f"{total - skipped} to process{again}", showing(self.executor.progress),
                    logger)
-        self.live.planned(total, skipped, total - skipped)
-        self.events.emit("sources_planned", total=total, skipped=skipped,
+        self.report.live.planned(total, skipped, total - skipped)
+        self.report.events.emit("sources_planned", total=total, skipped=skipped,
                          to_process=total - skipped,
                          **({"reprocessed_changed_inputs": len(changed)} if changed else {}))
 
@@ -332,35 +370,36 @@ class DaskRun:
             return
         from curator_dask.resumability.stage_checkpoints import CheckpointPlanner
 
-        self.planner = CheckpointPlanner(ckpt, self.stages, self.plan,
-                                         self.options.checkpoint_path,
-                                         self.options.checkpoint_storage_options)
-        self.planner.prepare(self.sources, self.todo)
+        planner = self.services.planner = CheckpointPlanner(
+            ckpt, self.stages, self.plan, self.options.checkpoint_path,
+            self.options.checkpoint_storage_options)
+        planner.prepare(self.sources.sources, self.sources.todo)
 
     def wrap_up(self, run_completed: bool) -> None:
         """Also after a stop or a failure: flush completions, record inputs, end the run on
         its executor (whose cluster closes unless it is entered or runs another run)."""
-        if self.planner is not None:
-            self.planner.close(run_completed=run_completed)
-            self.events.checkpoint_totals()
-        if self.scheduler_lost is not None and self.completion is not None:
+        services, report = self.services, self.report
+        if services.planner is not None:
+            services.planner.close(run_completed=run_completed)
+            report.events.checkpoint_totals()
+        if self.scheduler_lost is not None and services.completion is not None:
             logger.error("%s; the completions it had already written to %s are kept, the "
                          "sources in flight stay pending", self.scheduler_lost,
                          self.options.checkpoint_path)
-        elif self.completion is not None and self.summary is None:
+        elif services.completion is not None and self.summary is None:
             try:
-                self.summary = self.completion.close()
+                self.summary = services.completion.close()
             except Exception as exc:  # noqa: BLE001 (do not hide the run's own error)
                 logger.error("resumability: could not flush the checkpoint: %s", exc)
-        self.ids.bring_back(self.scheduler_lost is not None)  # after the checkpoint's last save
-        if self.input_check is not None and self.summary is not None:
+        services.ids.bring_back(self.scheduler_lost is not None)  # after the last save
+        if services.input_check is not None and self.summary is not None:
             try:  # sources that completed are recorded, whatever ended the run
-                self.input_check.record(self.live.finished_ids,
+                services.input_check.record(report.live.finished_ids,
                                         set(self.summary.get("failed_sources") or ()))
             except Exception as exc:  # noqa: BLE001 (their next run reprocesses them)
                 logger.error("verify_inputs: could not record input fingerprints: %s", exc)
-        if self.feed is not None:
-            self.feed.close()  # the lazy source stage's teardown
+        if self.sources.feed is not None:
+            self.sources.feed.close()  # the lazy source stage's teardown
             self.report_head()  # what it gave before the run ended
         RUNS.remove(self.stop)
         self.executor.run_ended()
@@ -369,7 +408,7 @@ class DaskRun:
         """Whether any stage returned a ``FailedTask`` (in the counts, or per the plugin): the
         one place this is decided (``RunEnd.failed_task_seen``)."""
         failed = (self.summary or {}).get("failed_sources")
-        return bool(failed) or any(c.failed for c in self.counts.values())
+        return bool(failed) or any(c.failed for c in self.report.counts.values())
 
     def failed_source_ids(self) -> tuple[str, ...]:
         """The sources that saw a ``FailedTask``: every one the checkpoint's plugin heard of,
@@ -377,7 +416,7 @@ class DaskRun:
         the stream knows them by task id; the source id is its last segment)."""
         if self.summary is not None:
             return tuple(self.summary.get("failed_sources") or ())
-        return tuple(sorted({source_id_of(i) for i in self.live.failed_ids}))
+        return tuple(sorted({source_id_of(i) for i in self.report.live.failed_ids}))
 
     def result(self, outputs: list[Any]) -> RunResult:
         summary = self.summary
@@ -386,24 +425,25 @@ class DaskRun:
 
             msg = "the completion plugin failed:\n" + "\n".join(summary["errors"])
             raise CheckpointError(msg)
+        report, counts = self.report, self.report.counts
         result = RunResult(outputs)
-        result.stage_counts = [(s.name, self.counts[i]) for i, s in enumerate(self.stages)]
-        self.events.run_totals(self.counts, summary)
-        result.num_sources = self.n_sources
-        result.skipped_sources = self.skipped
+        result.stage_counts = [(s.name, counts[i]) for i, s in enumerate(self.stages)]
+        report.events.run_totals(counts, summary)
+        result.num_sources = self.sources.total
+        result.skipped_sources = self.sources.skipped
         result.checkpoint = summary
-        result.stage_checkpoints = (self.events.checkpoint_summary()
-                                    if self.planner is not None else None)
-        result.wall_time = time.perf_counter() - self.started
-        self.mark("end")
-        result.timings = self.timings
+        result.stage_checkpoints = (report.events.checkpoint_summary()
+                                    if self.services.planner is not None else None)
+        result.wall_time = time.perf_counter() - report.started
+        report.mark("end")
+        result.timings = report.timings
         result.dashboard_link = self.executor.dashboard_link()
-        result.num_outputs = self.counts[len(self.stages) - 1].tasks_out if self.stages else 0
+        result.num_outputs = counts[len(self.stages) - 1].tasks_out if self.stages else 0
         result.failed_sources = self.failed_source_ids()
         result.num_failed_sources = len(result.failed_sources)
         line = result.failures_line()
         if line is None:
-            logger.info("Finished %d sources in %.2f s: %d output tasks", self.n_todo,
+            logger.info("Finished %d sources in %.2f s: %d output tasks", self.sources.to_process,
                         result.wall_time, result.num_outputs)
         else:  # and a warning, which a script or notebook shows with no logging set up
             logger.info("Finished in %.2f s, %d output tasks: %s", result.wall_time,

@@ -1,9 +1,10 @@
 """The stream step of a run: its stages sent to the workers once, its sources streamed.
 
 :func:`stream_sources` makes the run's ``StageHost`` worker plugin and sends it
-(:func:`register_stage_host`), builds the :class:`~.streaming.SourceStream` from the run's and the
-executor's settings, with a :class:`RunSink` that records what the stream reports into the run,
-and removes the plugin afterwards (which tears the stages down on the workers).
+(:func:`register_stage_host`), builds the :class:`~.streaming.SourceStream` from the settings it
+is given, with a :class:`RunSink` that records what the stream reports into the run's
+:class:`~.run_parts.RunReport`, and removes the plugin afterwards (which tears the stages down
+on the workers). It is given what it uses (``run_parts``), never the run itself.
 """
 
 from __future__ import annotations
@@ -12,89 +13,94 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from curator_dask.backends.dask import extensions
 from curator_dask.backends.dask.perf_report import performance_report
 from curator_dask.backends.dask.progress import StageBars
 from curator_dask.backends.dask.streaming import SourceStream, StreamSettings, StreamSink
 from curator_dask.backends.dask.worker import StageHost
-from curator_dask.classes import is_nemo
 from curator_dask.errors import SchedulerLostError
 
 if TYPE_CHECKING:
-    from curator_dask.backends.dask.run import DaskRun
+    from collections.abc import Sequence
+
+    from curator_dask.backends.dask.plan import ExecutionPlan
+    from curator_dask.backends.dask.run_parts import RunReport, RunServices
+    from curator_dask.backends.dask.source_feed import SourceFeed
+    from curator_dask.backends.dask.stop import StopSignal
 
 logger = logging.getLogger(__name__)
 
 
-def stream_sources(run: DaskRun) -> list[Any]:
-    """Send ``run``'s stages to the workers once, then stream its sources through them;
-    returns the sink's outputs. A lost scheduler is recorded on the run
-    (``run.scheduler_lost``: nothing can be removed or flushed there) and raised."""
-    executor = run.executor
-    keep = executor.keep_outputs
-    host = StageHost(run.run_id, list(run.stages), counting=run.completion is not None,
-                     checkpoints=run.planner.runtime if run.planner is not None else None,
-                     drop_outputs_of=-1 if keep else run.plan.groups[-1].index,
-                     pack_outputs_of=run.plan.groups[-1].index if keep else -1)
-    if any(is_nemo(s) for s in run.stages):
-        from curator_dask.nemo.logs import forward_to_driver
+def stream_sources(stages: Sequence[Any], plan: ExecutionPlan, todo: list[Any] | SourceFeed, *,
+                   run_id: str, stop: StopSignal, services: RunServices, report: RunReport,
+                   settings: StreamSettings, progress: Any = None, known_total: int | None = None,
+                   failure: Any = None, performance_report_path: str | None = None,
+                   done: Any = None) -> list[Any]:
+    """Send the run's stages to the workers once (a ``StageHost`` on ``services.client``),
+    then stream ``todo`` through them; returns the sink's outputs.
 
-        forward_to_driver(run.client)
-    register_stage_host(run.client, host)
-    todo, run.todo, run.sources = run.todo, [], []  # the stream lets each go in turn
-    cluster = executor.cluster
-    failure = getattr(cluster, "failure", None)
-    stream = SourceStream(
-        run.client, run.plan, todo, host=host.name, run_id=run.run_id, stop=run.stop,
-        sink=RunSink(run), failure=failure if callable(failure) else None,
-        settings=StreamSettings(
-            window=executor.max_in_flight,
-            max_concurrent_partitions=run.options.max_concurrent_partitions,
-            max_sources_per_task=executor.max_sources_per_task, keep_outputs=keep,
-            drain_timeout=executor.drain_timeout, adaptive=executor.adapt is not None,
-            embedded=hasattr(cluster, "curator_dask_start_method")))
-    bars = StageBars(run.stages, run.plan, run.n_todo if run.feed is None else None,
-                     executor.progress,
-                     run.live.dashboard, on_advance=run.live.stage_advanced)
+    ``report`` receives what the stream reports (:class:`RunSink`); ``progress`` and
+    ``known_total`` (``None``: a lazy source's, counted as it goes) are the bars'; ``failure``
+    is the cluster's own failure check (SLURM worker jobs that never started). A lost scheduler
+    is raised as ``SchedulerLostError`` (the caller records it: nothing can be removed or
+    flushed there). ``done`` replaces Dask's ``as_completed`` (unit tests without a cluster).
+    """
+    client = services.client
+    keep = settings.keep_outputs
+    host = StageHost(run_id, list(stages), counting=services.completion is not None,
+                     checkpoints=services.planner.runtime if services.planner is not None
+                     else None,
+                     drop_outputs_of=-1 if keep else plan.groups[-1].index,
+                     pack_outputs_of=plan.groups[-1].index if keep else -1)
+    extensions.notify("run_connected", client=client, stages=stages)  # e.g. NeMo's loguru
+    register_stage_host(client, host)
+    stream = SourceStream(client, plan, todo, host=host.name, run_id=run_id, stop=stop,
+                          sink=RunSink(report, services, stop),
+                          failure=failure if callable(failure) else None, settings=settings,
+                          done=done)
+    bars = StageBars(stages, plan, known_total, progress, report.live.dashboard,
+                     on_advance=report.live.stage_advanced)
+    lost = False
     try:
-        with performance_report(run.client, run.options.performance_report,
-                                skip=lambda: run.scheduler_lost is not None):
+        with performance_report(client, performance_report_path, skip=lambda: lost):
             try:
                 return stream.run(bars).outputs
-            except SchedulerLostError as exc:
-                run.scheduler_lost = str(exc)  # nothing can be cancelled or flushed there
+            except SchedulerLostError:
+                lost = True  # nothing can be cancelled, reported or removed there
                 raise
     finally:
         bars.close()
-        if run.scheduler_lost is None:
+        if not lost:
             try:
-                run.client.unregister_worker_plugin(host.name)
+                client.unregister_worker_plugin(host.name)
             except Exception as exc:  # noqa: BLE001 (teardown must not hide the run's error)
                 logger.warning("Could not remove worker plugin %s: %s", host.name, exc)
 
 
 class RunSink(StreamSink):
-    """What the stream reports, into the run's live progress, events, stage counts, checkpoint
-    (the ``+1``s of each block of sources) and stage-checkpoint planner.
+    """What the stream reports, into the run's report (live progress, events, stage counts)
+    and services (the checkpoint's ``+1``s of each block of sources, the stage-checkpoint
+    planner).
 
     Example:
-        >>> # SourceStream(..., sink=RunSink(run)): the run's counts follow the stream
+        >>> # SourceStream(..., sink=RunSink(report, services, stop)): the counts follow it
     """
 
-    def __init__(self, run: DaskRun) -> None:
-        self._run = run
-        self.live, self.events, self.counts = run.live, run.events, run.counts
+    def __init__(self, report: RunReport, services: RunServices, stop: StopSignal) -> None:
+        self.report, self.services, self.stop = report, services, stop
+        self.live, self.events, self.counts = report.live, report.events, report.counts
 
     def first_submit(self) -> None:
-        if not self._run.stop.event.is_set():
-            self._run.mark("first_submit")
+        if not self.stop.event.is_set():
+            self.report.mark("first_submit")
         self.live.first_submit = time.time()
 
     def open_block(self, tasks: list[Any]) -> None:
-        if self._run.completion is not None:
-            self._run.completion.open_block(tasks)
+        if self.services.completion is not None:
+            self.services.completion.open_block(tasks)
 
     def resume_candidates(self, chunk: list[Any]) -> dict[str, Any] | None:
-        planner = self._run.planner
+        planner = self.services.planner
         if planner is None:
             return None
         return {t._source_id: c for t in chunk if (c := planner.candidates(t._source_id))} or None
@@ -114,8 +120,8 @@ class RunSink(StreamSink):
             self.counts[i].merge(c)
         self.live.chunk_done(ids, result.failed, result.counts)
         self.events.chunk_done(ids, result)
-        if self._run.planner is not None:
-            self._run.planner.sources_finished(ids, result.failed)
+        if self.services.planner is not None:
+            self.services.planner.sources_finished(ids, result.failed)
 
     def cut_short(self, n: int) -> None:
         self.live.cut_short(n)

@@ -12,7 +12,7 @@ Runs that need every source before the first is sent take the whole list instead
 (:func:`feed_or_list` says why in the log): an array shard, ``verify_inputs``, stage
 checkpoints, a pipeline with nothing after its source stage, and file groups in a checkpointed
 run (the partition record compares every group with the completed ones before anything runs;
-``resumability/partitioning.py``). Only the first block is looked at for file groups.
+``partitions/groups.py``). Only the first block is looked at for file groups.
 
 Example:
     >>> feed = SourceFeed(iter(["a", "b", "c"]))
@@ -207,12 +207,22 @@ class SourceFeed(Iterator[Any]):
             closing()
 
 
-def feed_or_list(run: Any, lazy: LazySourceTasks) -> SourceFeed | list[Any]:
-    """A feed over ``lazy`` for ``run`` (a ``DaskRun``), or every source as a list where the
-    run needs them all before the first is sent (the reason in the log; the stage closed)."""
-    why = whole_list_reason(run)
+def feed_or_list(lazy: Iterator[Any], why: str | None, *,
+                 completed: Callable[[list[str]], Iterable[str]] | None = None,
+                 on_exhausted: Callable[[int, int], None] | None = None,
+                 ) -> SourceFeed | list[Any]:
+    """A feed over ``lazy``, or every source as a list where the run needs them all before
+    the first is sent: ``why`` (:func:`whole_list_reason`), or, in a checkpointed run
+    (``completed``: the checkpoint's lookup of completed ids), file groups in the first block
+    (the partition record compares every group first). The reason goes to the log and the
+    stage is closed. ``on_exhausted(total, skipped)`` hears a feed's totals when it ends.
+
+    Example:
+        >>> feed_or_list(iter(["a", "b"]), "an array shard selects among all sources")
+        ['a', 'b']
+    """
     first: list[Any] = []
-    if why is None and run.completion is not None:
+    if why is None and completed is not None:
         from curator_dask.resumability.partitioning import file_groups
 
         first = list(itertools.islice(lazy, CHECK_BLOCK))
@@ -225,23 +235,29 @@ def feed_or_list(run: Any, lazy: LazySourceTasks) -> SourceFeed | list[Any]:
         try:
             return first + list(lazy)
         finally:
-            lazy.close()
+            closing = getattr(lazy, "close", None)
+            if callable(closing):
+                closing()
     logger.debug("the source stage gives its tasks lazily: they are pulled as the run goes, and "
                  "counted when the last has come")
-    completion = run.completion
-    return SourceFeed(lazy, first=first, on_exhausted=run.feed_exhausted,
-                      completed=completion.completed_source_ids if completion else None)
+    return SourceFeed(lazy, first=first, on_exhausted=on_exhausted, completed=completed)
 
 
-def whole_list_reason(run: Any) -> str | None:
-    """Why ``run`` must have every source before the first is sent, or ``None`` (file groups
-    in a checkpointed run: :func:`feed_or_list`, from the first block)."""
-    if run.shard is not None:
+def whole_list_reason(*, sharded: bool = False, verify_inputs: bool = False,
+                      stage_checkpoints: bool = False, sink_follows: bool = True) -> str | None:
+    """Why a run must have every source before the first is sent, or ``None`` (file groups
+    in a checkpointed run: :func:`feed_or_list`, from the first block).
+
+    Example:
+        >>> whole_list_reason(), whole_list_reason(sink_follows=False)
+        (None, "the source stage's tasks are the run's outputs")
+    """
+    if sharded:
         return "an array shard selects among all sources"
-    if run.input_check is not None:
+    if verify_inputs:
         return "verify_inputs fingerprints every source first"
-    if run.options.stage_checkpoints.enabled and run.plan.boundaries:
+    if stage_checkpoints:
         return "stage checkpoints plan over every source"
-    if not run.plan.groups:
+    if not sink_follows:
         return "the source stage's tasks are the run's outputs"
     return None
