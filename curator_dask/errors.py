@@ -20,11 +20,13 @@ are re-raised on the driver).
 | `PartitioningChangedError` | `curator_dask.errors` | `ValueError` | the source stage groups files unlike the runs that completed sources in the checkpoint; before anything runs |
 | `OverwriteWithCheckpointError` | `curator_dask.errors` | `ValueError` | a writer with `mode="overwrite"` in a run with a `checkpoint_path`; before anything runs |
 | `OutputFolderError` | `curator_dask.errors` | `ValueError` | a writer's output path is a file, or a folder this process cannot make or write into; before any cluster starts |
-| `PartitionRecordError` | `curator_dask.errors` | `ValueError` | the checkpoint's record of row-range partitions is missing, unreadable or made with other parameters |
+| `CommittedRecordError` | `curator_dask.errors` | `ValueError` | a committed record (`utils/records.py`) is of another kind, of a newer version, or unreadable where its policy is to refuse; it is kept |
+| `PartitionRecordError` | `curator_dask.errors` | `ValueError` | a `CommittedRecordError` (its subclass): the checkpoint's partition record (`partitioning.json`, `partitioning_info.json`) is refused: missing, unreadable, newer, or made with other parameters |
 | `PartitionContentChangedError` | `curator_dask.errors` | `ValueError` | a `PartitionRecordError` (its subclass): the input of a recorded row-range partition changed |
 | `NoInputFilesError` | `curator_dask.utils.files` | `FileNotFoundError` | an entry of `file_paths` names no file to read (missing path, empty glob, no file with the extensions) |
 | `MalformedJsonError` | `curator_dask.stages.text.io.reader.jsonl` | `ValueError` | a JSONL line is not valid JSON: names the file and the line |
 | `InvalidUtf8Error` | `curator_dask.stages.text.io.reader.jsonl` | `ValueError` | a `MalformedJsonError` (its subclass): JSONL or Parquet text that is not valid UTF-8 |
+| `UnknownClusterKindError` | `curator_dask.backends.dask.cluster_kinds` | `ValueError` | `DaskExecutor(cluster=...)` names no kind of the registry (or `address`/`client`, which their own arguments choose): names the kinds and the closest |
 | `CheckpointError` | `curator_dask.resumability.client` | `RuntimeError` | the completion plugin failed: completions after the failure may not be recorded |
 | `InputChangedError` | `curator_dask.resumability.input_check` | `ValueError` | inputs of completed sources changed, with `on_input_change="error"` |
 | `ReaderCrashedError` | `curator_dask.resumability.safe_read` | `lmdb.Error` | reading a checkpoint's LMDB file killed the reader process: the file is damaged |
@@ -66,6 +68,11 @@ Example:
 """  # noqa: E501 (a Markdown table: one row a line)
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 # distributed replaces an exception whose text is longer than distributed.admin.max-error-length
 # (10000) by a generic one: the traceback is cut (its end kept) to stay well below that.
@@ -132,7 +139,7 @@ class StageError(RuntimeError, CuratorDaskError):
             f"Original traceback:\n{traceback_text}"
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.stage_name, self.task_ids, self.error, self.traceback_text,
                              self.source_files))
 
@@ -188,7 +195,7 @@ def run_interrupted(message: str) -> KeyboardInterrupt:
         (True, True)
     """
     error = KeyboardInterrupt(message)
-    error._curator_dask_run = True  # type: ignore[attr-defined]
+    error._curator_dask_run = True  # type: ignore[attr-defined]  # a marker on the exception
     _quiet_interrupts()
     return error
 
@@ -293,13 +300,14 @@ def _quiet_interrupts() -> None:
     if getattr(previous, "_curator_dask_quiet", False):
         return
 
-    def hook(kind, value, tb):  # noqa: ANN001 (sys.excepthook's signature)
+    def hook(kind: type[BaseException], value: BaseException,
+             tb: TracebackType | None) -> None:
         if is_run_interrupted(value):
             print(value, file=sys.stderr)
             return
         previous(kind, value, tb)
 
-    hook._curator_dask_quiet = True  # type: ignore[attr-defined]
+    hook._curator_dask_quiet = True  # type: ignore[attr-defined]  # a marker on the function
     sys.excepthook = hook
 
 
@@ -348,7 +356,7 @@ class WorkerFailedError(RuntimeError, CuratorDaskError):
                  else f"task {_listed(self.task_ids, quote=True)}")
         super().__init__(f"{subject} {self.what} on {where}: {reason}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.reason, self.stages, self.source_files,
                            self.task_ids, self.memory_limit, self.workers))
 
@@ -381,7 +389,7 @@ class PartitioningChangedError(ValueError, CuratorDaskError):
     this checkpoint (another ``files_per_partition``, ``blocksize`` or file list): the
     regrouped files would be processed again and their output written twice. Raised before
     anything is processed; exit status 2 on the command line
-    (``curator_dask/resumability/partitioning.py``)."""
+    (``curator_dask/partitions/record.py``)."""
 
 
 class OverwriteWithCheckpointError(ValueError, CuratorDaskError):
@@ -398,12 +406,20 @@ class OutputFolderError(ValueError, CuratorDaskError):
     before any cluster starts, naming the writer and the path (exit 2 on the command line)."""
 
 
-class PartitionRecordError(ValueError, CuratorDaskError):
-    """The checkpoint's partition record (``.curator_dask/partitioning_info.json``, row-range
-    partitions) cannot be used: missing on a resume of a checkpoint that has completions,
+class CommittedRecordError(ValueError, CuratorDaskError):
+    """A committed record (``curator_dask/utils/records.py``: the JSON file whose presence says
+    a step is complete) that this version must not use: another kind of record at its path, a
+    version newer than this curator_dask reads, or, for a record whose policy is ``refuse``,
+    a file that cannot be read. The file is kept; the message names it and the fix."""
+
+
+class PartitionRecordError(CommittedRecordError):
+    """The checkpoint's partition record cannot be used: ``.curator_dask/partitioning_info.json``
+    (row-range partitions) missing on a resume of a checkpoint that has completions,
     unreadable, of an older version without boundaries, with illegal boundaries, or made with
-    other ``partition=`` parameters. Raised before anything is processed; nothing is deleted;
-    exit status 2 on the command line (``curator_dask/partitions/resume.py``)."""
+    other ``partition=`` parameters; either record (``partitioning.json`` too) of another kind
+    or of a newer version. Raised before anything is processed; nothing is deleted; exit status
+    2 on the command line (``curator_dask/partitions/``)."""
 
 
 class PartitionContentChangedError(PartitionRecordError):

@@ -8,10 +8,13 @@ the command ends with the number of duplicates and where the ids went. The clust
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
 from curator_dask.cli.common import EXIT_OK, PROG, UsageError
+
+if TYPE_CHECKING:
+    from curator_dask.dedup import ExactDeduplicationWorkflow, FuzzyDeduplicationWorkflow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,7 +103,9 @@ def _sniff(inputs: list[str]) -> str:
     return "parquet"
 
 
-def _workflow(args: argparse.Namespace):
+def _workflow(
+        args: argparse.Namespace,
+) -> ExactDeduplicationWorkflow | FuzzyDeduplicationWorkflow:
     common = dict(output_path=args.output, input_path=args.input if len(args.input) > 1
                   else args.input[0], input_filetype=_filetype(args), text_field=args.text_field,
                   normalize_text=args.normalize_text, perform_removal=args.remove,
@@ -133,11 +138,13 @@ def _workflow(args: argparse.Namespace):
 def cmd_dedup(args: argparse.Namespace) -> int:
     """Build the workflow from the options (usage errors before a cluster starts), run it on
     the executor the cluster options describe, print the summary."""
-    from curator_dask.cli.run_command import _check_adapt_option, _executor
+    from curator_dask.cli.run_command import (
+        _check_adapt_option,
+        _executor,
+        check_cluster_installed,
+    )
 
-    if args.cluster in ("slurm", "slurm-runner") and not importlib.util.find_spec("dask_jobqueue"):
-        raise UsageError(f"--cluster {args.cluster} needs dask-jobqueue: pip install "
-                         "'curator_dask[slurm]'")
+    check_cluster_installed(args)
     _check_adapt_option(args)
     from curator_dask.utils.files import NoInputFilesError, check_paths_exist
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
+from curator_dask.backends.dask import cluster_kinds as kinds
 from curator_dask.cli.common import (
     EXIT_OK,
     EXIT_PARTIAL,
@@ -15,6 +16,10 @@ from curator_dask.cli.common import (
     UsageError,
 )
 from curator_dask.cli.jobs import job_kwargs
+
+if TYPE_CHECKING:
+    from curator_dask.backends.dask import DaskExecutor
+    from curator_dask.backends.dask.result import RunResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -115,23 +120,54 @@ def _add_cluster_arguments(run: argparse.ArgumentParser) -> None:
                      help="threads per embedded worker (default: 1)")
     run.add_argument("--address", metavar="ADDR",
                      help="scheduler address of a running cluster, e.g. tcp://10.0.0.5:8786")
-    run.add_argument("--cluster", choices=["local", "slurm", "slurm-runner"], default=None,
-                     help="slurm: start a dask-jobqueue SLURMCluster (jobqueue.slurm config); "
-                          "slurm-runner: inside `srun` with 3+ tasks, rank 0 runs the "
-                          "scheduler, rank 1 this pipeline, the others workers")
+    chosen = kinds.user_kinds()
+    run.add_argument("--cluster", choices=[kind.name for kind in chosen], default=None,
+                     help="; ".join(f"{kind.name}: {kind.description}" for kind in chosen))
     run.add_argument("--scheduler-file", metavar="PATH",
-                     help="--cluster slurm-runner: shared scheduler file "
+                     help=f"{_kinds_taking('scheduler_file')}: shared scheduler file "
                           "(default ./.curator-dask-scheduler-{job_id}.json)")
-    run.add_argument("--jobs", type=int, metavar="N", help="SLURM worker jobs (--cluster slurm)")
+    run.add_argument("--jobs", type=int, metavar="N",
+                     help=f"SLURM worker jobs ({_kinds_taking('jobs')})")
     run.add_argument("--adapt", metavar="MIN:MAX",
-                     help="--cluster slurm: scale between MIN and MAX worker jobs (instead of "
-                          "--jobs): jobs are asked for while sources wait and released when "
-                          "idle (config slurm.adapt-idle-timeout, 60 s); MIN 0 starts none")
+                     help=f"{_kinds_taking('adapt')}: scale between MIN and MAX worker jobs "
+                          "(instead of --jobs): jobs are asked for while sources wait and "
+                          "released when idle (config slurm.adapt-idle-timeout, 60 s); MIN 0 "
+                          "starts none")
     run.add_argument("--no-tls", action="store_true",
-                     help="--cluster slurm without TLS (only on a private allocation)")
+                     help=f"{_kinds_taking('tls')} without TLS (only on a private allocation)")
 
 
-def _print_summary(result, retry: str | None = None) -> None:
+def _kinds_taking(option: str) -> str:
+    """``--cluster slurm`` (or several, joined by "or"): the kinds ``option`` goes with."""
+    return " or ".join(f"--cluster {kind.name}" for kind in kinds.kinds_with(option))
+
+
+def _chosen_kind(args: argparse.Namespace) -> kinds.ClusterKind:
+    """The kind ``--cluster`` names (the default when none is named)."""
+    return kinds.cluster_kind(args.cluster or kinds.DEFAULT_KIND)
+
+
+def check_cluster_options(args: argparse.Namespace) -> None:
+    """The cluster options go with the kind ``--cluster`` names, and it is installed."""
+    kind = _chosen_kind(args)
+    if args.scheduler_file and "scheduler_file" not in kind.options:
+        raise UsageError(f"--scheduler-file needs {_kinds_taking('scheduler_file')}")
+    if args.jobs is not None and "jobs" not in kind.options:
+        raise UsageError(f"--jobs needs {_kinds_taking('jobs')}")
+    _check_adapt_option(args)
+    if kind.name != kinds.DEFAULT_KIND and args.address:
+        raise UsageError(f"--cluster {kind.name} starts its own scheduler; drop --address")
+    check_cluster_installed(args)
+
+
+def check_cluster_installed(args: argparse.Namespace) -> None:
+    """What the kind ``--cluster`` names imports is installed (before anything is made)."""
+    missing = _chosen_kind(args).missing_requirement()
+    if missing:
+        raise UsageError(f"--cluster {args.cluster} {missing}")
+
+
+def _print_summary(result: RunResult, retry: str | None = None) -> None:
     """Print the per-stage counts table, the totals and the job id of a finished run, and
     last, when sources saw a ``FailedTask``, how many and how to retry them (``retry``)."""
     import textwrap
@@ -216,13 +252,14 @@ def partition_kwargs(args: argparse.Namespace) -> dict:
                          "--max-concurrent-partitions 4") from None
 
 
-def _executor(args: argparse.Namespace):
+def _executor(args: argparse.Namespace) -> DaskExecutor:
     """The ``DaskExecutor`` the options describe (every cluster kind runs the same way)."""
     from curator_dask.backends.dask import DaskExecutor
 
     return DaskExecutor(
         address=args.address,
-        cluster=args.cluster if args.cluster in ("slurm", "slurm-runner") else None,
+        # the default kind named is the same as none (``--address`` may go with it)
+        cluster=None if args.cluster == kinds.DEFAULT_KIND else args.cluster,
         jobs=args.jobs,
         adapt=parse_adapt(args.adapt),
         tls=False if args.no_tls else None,
@@ -268,8 +305,8 @@ def _check_adapt_option(args: argparse.Namespace) -> None:
     """``--adapt`` goes with ``--cluster slurm``, not with ``--jobs``, and its value parses."""
     if args.adapt is None:
         return
-    if args.cluster != "slurm":
-        raise UsageError(f"--adapt {args.adapt} needs --cluster slurm")
+    if "adapt" not in _chosen_kind(args).options:
+        raise UsageError(f"--adapt {args.adapt} needs {_kinds_taking('adapt')}")
     if args.jobs is not None:
         raise UsageError(f"--adapt {args.adapt} and --jobs {args.jobs} exclude each other: "
                          "--jobs keeps a fixed number of worker jobs, --adapt lets it follow "
@@ -306,17 +343,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    if args.scheduler_file and args.cluster != "slurm-runner":
-        raise UsageError("--scheduler-file needs --cluster slurm-runner")
-    if args.jobs is not None and args.cluster != "slurm":
-        raise UsageError("--jobs needs --cluster slurm")
-    _check_adapt_option(args)
+    check_cluster_options(args)
     partitions = partition_kwargs(args)
-    if args.cluster in ("slurm", "slurm-runner") and args.address:
-        raise UsageError("--cluster slurm starts its own scheduler; drop --address")
-    if args.cluster in ("slurm", "slurm-runner") and not importlib.util.find_spec("dask_jobqueue"):
-        raise UsageError(f"--cluster {args.cluster} needs dask-jobqueue: pip install "
-                         "'curator_dask[slurm]'")
     if args.address and (args.workers or args.threads_per_worker):
         raise UsageError("--workers/--threads-per-worker configure the embedded cluster; "
                          "they cannot be combined with --address")
@@ -351,7 +379,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from curator_dask.resumability.input_check import InputChangedError
     from curator_dask.utils.files import NoInputFilesError
 
-    if args.cluster == "slurm-runner":
+    if _chosen_kind(args).starts_in_every_rank:
         # Every rank of the srun step gets here; only the driver rank returns from start()
         # (the scheduler and worker ranks serve until the driver is done, then exit), so
         # only the driver goes on to make the job folder and run.
@@ -379,6 +407,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     finally:
         executor.close()
+    from curator_dask.backends.dask.result import RunResult
+
+    if not isinstance(result, RunResult):  # a DaskExecutor's run always is; Pipeline.run is
+        return EXIT_OK  # typed for any executor's plain list, which has nothing to summarize
     retry = (f"resume with `{run_kwargs['command']} --resume {result.job_id}`"
              if result.job_id and run_kwargs.get("command") else "run the same command again")
     _print_summary(result, retry)

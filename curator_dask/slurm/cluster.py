@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any
 
+from curator_dask.backends.dask.cluster_kinds import SLURM
 from curator_dask.utils import private_api
 from curator_dask.utils.hash_seed import worker_hash_seed
 
@@ -111,13 +112,17 @@ class SlurmClusterHandle:
         try:
             from dask_jobqueue import SLURMCluster
         except ImportError as exc:
-            msg = ("cluster='slurm' needs dask-jobqueue: pip install 'curator_dask[slurm]'")
+            msg = f"cluster={SLURM!r} needs dask-jobqueue: pip install 'curator_dask[slurm]'"
             raise ImportError(msg) from exc
         self.adapt = check_adapt(adapt, jobs) if adapt is not None else None
-        if self.adapt is None and (jobs is None or jobs < 1):
+        if self.adapt is not None:
+            self.jobs: int | None = None
+            self._max_jobs = self.adapt[1]
+        elif jobs is None or jobs < 1:
             msg = f"jobs must be at least 1, got {jobs}"
             raise ValueError(msg)
-        self.jobs = jobs if self.adapt is None else None
+        else:
+            self.jobs = self._max_jobs = jobs  # the watchdog keeps the cluster at this size
         timing = adapt_timing() if self.adapt is not None else {}  # checked before any job
         self._tls_dir: str | None = None
         kwargs = dict(cluster_kwargs)
@@ -169,8 +174,7 @@ class SlurmClusterHandle:
     @property
     def max_threads(self) -> int:
         """Worker threads at the cluster's full size (``jobs``, or the adaptive maximum)."""
-        jobs = self.jobs if self.adapt is None else self.adapt[1]
-        return int(jobs) * self.threads_per_job
+        return int(self._max_jobs) * self.threads_per_job
 
     def worker_resources(self) -> dict[str, float]:
         """The Dask resources each worker job will offer (its ``--resources`` argument), to
@@ -222,10 +226,10 @@ class SlurmClusterHandle:
             self._check_starts()
             try:
                 running = len(self.cluster.scheduler_info.get("workers", {}))
-                if running < self.jobs:
+                if running < self._max_jobs:
                     logger.info("SLURM watchdog: %d of %d workers; rescaling", running,
-                                self.jobs)
-                self.cluster.scale(jobs=self.jobs)
+                                self._max_jobs)
+                self.cluster.scale(jobs=self._max_jobs)
             except Exception as exc:  # noqa: BLE001 (keep watching; report once per failure)
                 logger.warning("SLURM watchdog could not rescale: %s", exc)
 
@@ -304,7 +308,8 @@ def _adaptive_class() -> type:
 
         async def target(self) -> int:
             own = await super().target()
-            scheduler = getattr(self.cluster, "scheduler", None)  # in this process's loop
+            # in this process's loop; Any: a Scheduler when the cluster has one in-process
+            scheduler: Any = getattr(self.cluster, "scheduler", None)
             if not hasattr(scheduler, "unrunnable"):
                 return own
             chains = (len(scheduler.queued) + len(scheduler.unrunnable)

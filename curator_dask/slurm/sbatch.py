@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from curator_dask import config as _config
+from curator_dask.backends.dask.cluster_kinds import SLURM_RUNNER
 from curator_dask.errors import CuratorDaskError
 from curator_dask.utils.hash_seed import CONFIG_KEY as HASH_SEED_KEY
 from curator_dask.utils.hash_seed import ENV as HASH_SEED_ENV
@@ -139,7 +140,7 @@ def render_array_script(spec: ArrayJobSpec) -> str:
         # Several tasks (nodes): one Dask cluster from one srun step (dask-jobqueue SLURMRunner).
         lines.append(
             f"exec srun {q(spec.python)} -m curator_dask run "
-            + " ".join(q(a) for a in run_args) + " --cluster slurm-runner"
+            + " ".join(q(a) for a in run_args) + f" --cluster {SLURM_RUNNER}"
         )
     return "\n".join(lines) + "\n"
 

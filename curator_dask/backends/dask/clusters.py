@@ -1,8 +1,9 @@
 """Cluster provisioning: every way a run gets a ``Client``, and how each is given back.
 
-Kinds: ``local`` (an embedded ``LocalCluster``), ``address`` (a running scheduler), ``client``
-(a ``Client`` the caller owns), ``slurm`` (dask-jobqueue ``SLURMCluster`` worker jobs) and
-``slurm-runner`` (dask-jobqueue ``SLURMRunner`` inside one ``srun`` step). Each provisioner
+The builders of the built-in kinds, which the registry (:mod:`.cluster_kinds`) names:
+an embedded ``LocalCluster``, a running scheduler, a ``Client`` the caller owns, dask-jobqueue
+``SLURMCluster`` worker jobs and dask-jobqueue ``SLURMRunner`` inside one ``srun`` step.
+:func:`provision` starts the kind a ``ClusterSpec`` names through the registry. Each builder
 enters what it starts on one ``ExitStack``, so closing is the same for all of them.
 """
 
@@ -16,11 +17,11 @@ import os
 from typing import Any
 
 from curator_dask import config as _config
+from curator_dask.backends.dask.cluster_kinds import DEFAULT_KIND, cluster_kind
 from curator_dask.backends.dask.progress import interactive
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("local", "address", "client", "slurm", "slurm-runner")
 # Set in the SLURMRunner rank that runs the pipeline: it alone writes array manifests.
 DRIVER_ENV = "CURATOR_DASK_SLURM_DRIVER"
 
@@ -29,7 +30,7 @@ DRIVER_ENV = "CURATOR_DASK_SLURM_DRIVER"
 class ClusterSpec:
     """Where a run's cluster comes from, as plain values resolved on the client."""
 
-    kind: str = "local"
+    kind: str = DEFAULT_KIND
     address: str | None = None
     client: Any = None
     jobs: int | None = 1
@@ -56,8 +57,7 @@ class Provisioned:
 def provision(spec: ClusterSpec) -> Provisioned:
     """Start or connect the cluster ``spec`` names and wait for its first worker (not for an
     adaptive cluster of minimum 0: it asks for worker jobs once the run submits work)."""
-    start = {"local": _embedded, "address": _address, "client": _given, "slurm": _slurm,
-             "slurm-runner": _slurm_runner}[spec.kind]
+    start = cluster_kind(spec.kind).build_function()
     stack = contextlib.ExitStack()
     try:
         found = start(spec, stack)
@@ -97,12 +97,13 @@ def bound_client_log(client: Any) -> None:
 
     length = _config.get("cluster.message-log-length")
     comm = getattr(client, "scheduler_comm", None)
-    if length is not None and hasattr(comm, "recent_message_log"):
+    if length is not None and comm is not None and hasattr(comm, "recent_message_log"):
         comm.recent_message_log = collections.deque(comm.recent_message_log,
                                                     maxlen=int(length))
 
 
-def _embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+def start_embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    """An embedded ``LocalCluster`` whose workers come from the forkserver (``local.py``)."""
     from distributed import Client
 
     from curator_dask.backends.dask.local import embedded_cluster
@@ -134,7 +135,8 @@ def _embedded(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     return Provisioned(client, cluster, stack, dashboard_on=on)
 
 
-def _address(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+def connect_address(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    """A ``Client`` of the running scheduler at ``spec.address``."""
     from distributed import Client
 
     client = _closing(stack, Client(spec.address))
@@ -143,11 +145,13 @@ def _address(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     return Provisioned(client, None, stack)
 
 
-def _given(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+def use_client(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    """The caller's ``Client``, left open when the run's stack closes."""
     return Provisioned(spec.client, None, stack)  # the caller's: never closed here
 
 
-def _slurm(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+def start_slurm(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+    """A dask-jobqueue ``SLURMCluster`` of worker jobs, with its watchdog (``slurm/``)."""
     from distributed import Client
 
     from curator_dask.slurm.cluster import SlurmClusterHandle
@@ -160,17 +164,13 @@ def _slurm(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     return Provisioned(client, handle, stack)
 
 
-def _slurm_runner(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
+def start_slurm_runner(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provisioned:
     """dask-jobqueue's SLURMRunner: rank 0 runs the scheduler, rank 1 returns from here and
     runs the pipeline (the driver), the other ranks run workers. The scheduler and worker
     ranks never return: they exit when the driver's client shuts the scheduler down."""
+    from dask_jobqueue.slurm import SLURMRunner  # the registry checked it is installed
     from distributed import Client
 
-    try:
-        from dask_jobqueue.slurm import SLURMRunner
-    except ImportError as exc:
-        msg = "cluster='slurm-runner' needs dask-jobqueue: pip install 'curator_dask[slurm]'"
-        raise ImportError(msg) from exc
     hash_seed_for_worker_rank()
     scheduler_file = spec.scheduler_file or os.path.join(
         os.getcwd(), ".curator-dask-scheduler-{job_id}.json")

@@ -20,6 +20,7 @@ import dask.config
 
 from curator_dask import config as _config
 from curator_dask.backends.base import BaseExecutor, NullObserver, RunObserver, RunOptions
+from curator_dask.backends.dask import cluster_kinds as kinds
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.backends.dask.stop import RUNS
 from curator_dask.nemo import hook
@@ -123,7 +124,7 @@ class DaskExecutor(BaseExecutor):
     ) -> None:
         super().__init__(config)
         _check_arguments(address, client, cluster, max_in_flight, n_workers, scheduler_file)
-        self.cluster_kind = cluster or "local"
+        self.cluster_kind = cluster or kinds.DEFAULT_KIND
         self.adapt = _check_adapt(cluster, jobs, adapt)
         self.jobs = None if self.adapt is not None else jobs if jobs is not None else 1
         self.tls = bool(_config.get("slurm.tls", tls))
@@ -233,9 +234,10 @@ class DaskExecutor(BaseExecutor):
         if self._provisioned is None:
             from curator_dask.backends.dask.clusters import ClusterSpec, provision
 
-            kind = ("client" if self._given_client is not None
-                    else "address" if self.address is not None else self.cluster_kind)
-            if kind != "local":  # an embedded cluster's forkserver that none will use goes
+            kind = kinds.implied_kind(self.cluster_kind, address=self.address,
+                                      client=self._given_client)
+            # an embedded cluster's forkserver that none will use goes
+            if not kinds.cluster_kind(kind).embedded:
                 from curator_dask.backends.dask.local import release_unused_server
 
                 release_unused_server()
@@ -247,7 +249,7 @@ class DaskExecutor(BaseExecutor):
                 dashboard_requested=self._dashboard_requested,
                 scheduler_file=self.scheduler_file, cluster_kwargs=self.cluster_kwargs))
             _STARTED.add(self)
-            if kind == "slurm" and self.max_in_flight is None:
+            if kinds.cluster_kind(kind).full_size_known and self.max_in_flight is None:
                 # Sized for the cluster's full size, not for the workers that happen to have
                 # joined when the run starts (none, for an adaptive cluster of minimum 0).
                 self.max_in_flight = 2 * self._provisioned.cluster.max_threads
@@ -319,7 +321,7 @@ class DaskExecutor(BaseExecutor):
             >>> # executor.prepare_workers()  # e.g. before a slow set-up of your own
         """
         if (self._provisioned is None and self._given_client is None and self.address is None
-                and self.cluster_kind == "local"
+                and kinds.cluster_kind(self.cluster_kind).embedded
                 and self.cluster_kwargs.get("processes", True) is not False):
             from curator_dask.backends.dask.local import prepare_workers
 
@@ -333,9 +335,9 @@ def _check_adapt(cluster: Any, jobs: Any, adapt: Any) -> tuple[int, int] | None:
         return None
     from curator_dask.slurm.cluster import check_adapt
 
-    if cluster != "slurm":
+    if "adapt" not in kinds.cluster_kind(cluster or kinds.DEFAULT_KIND).options:
         msg = (f"DaskExecutor: adapt={adapt!r} scales SLURM worker jobs; it goes with "
-               f"cluster='slurm', not cluster={cluster!r}")
+               f"{_kinds_taking('adapt')}, not cluster={cluster!r}")
         raise ValueError(msg)
     try:
         return check_adapt(adapt, jobs)
@@ -348,11 +350,14 @@ def _check_arguments(address: Any, client: Any, cluster: Any, max_in_flight: Any
     if sum(x is not None for x in (address, client, cluster)) > 1:
         msg = "DaskExecutor: pass at most one of address=, client= and cluster="
         raise ValueError(msg)
-    if cluster not in (None, "local", "slurm", "slurm-runner"):
-        msg = f"DaskExecutor: cluster must be 'local', 'slurm' or 'slurm-runner', got {cluster!r}"
-        raise ValueError(msg)
-    if scheduler_file is not None and cluster != "slurm-runner":
-        msg = "DaskExecutor: scheduler_file= goes with cluster='slurm-runner'"
+    if cluster is not None:
+        try:
+            kinds.cluster_kind(cluster, by_name=True)
+        except kinds.UnknownClusterKindError as exc:
+            raise kinds.UnknownClusterKindError(f"DaskExecutor: {exc}") from None
+    if scheduler_file is not None and "scheduler_file" not in kinds.cluster_kind(
+            cluster or kinds.DEFAULT_KIND).options:
+        msg = f"DaskExecutor: scheduler_file= goes with {_kinds_taking('scheduler_file')}"
         raise ValueError(msg)
     if max_in_flight is not None and max_in_flight < 1:
         msg = f"DaskExecutor: max_in_flight must be at least 1, got {max_in_flight}"
@@ -360,3 +365,8 @@ def _check_arguments(address: Any, client: Any, cluster: Any, max_in_flight: Any
     if n_workers is not None and n_workers < 1:
         msg = f"DaskExecutor: n_workers must be at least 1, got {n_workers}"
         raise ValueError(msg)
+
+
+def _kinds_taking(option: str) -> str:
+    """``cluster='slurm'`` (or several, joined by "or"): the kinds ``option`` goes with."""
+    return " or ".join(f"cluster={kind.name!r}" for kind in kinds.kinds_with(option))
