@@ -2,59 +2,28 @@
 
 NeMo's ``Pipeline.run`` sends a checkpointed run through its private
 ``_run_with_resumability``, which starts a Ray actor (or fails without ``RAY_ADDRESS``). For
-a ``DaskExecutor`` the hook sends it to :meth:`DaskExecutor.execute` with the checkpoint
-instead: the completion plugin counts on the Dask scheduler and stores NeMo's LMDB format.
-Runs on other executors keep NeMo's own path. The hook is installed only for the NeMo
-versions and the method signature it was written against; on any other version a
-checkpointed run on a ``DaskExecutor`` fails with one line naming the supported versions,
-so it can never fall into Ray's path and leave an empty checkpoint behind.
+a ``DaskExecutor`` the replacement (:func:`dispatch_checkpointed_run`) sends it to
+:meth:`DaskExecutor.execute` with the checkpoint instead: the completion plugin counts on the
+Dask scheduler and stores NeMo's LMDB format. Runs on other executors keep NeMo's own method.
+The replacement runs only for the NeMo versions and the method signature it was written
+against; on any other version a checkpointed run on a ``DaskExecutor`` fails with one line
+naming the supported versions, so it can never fall into Ray's path and leave an empty
+checkpoint behind.
 
-:func:`install` patches NeMo's modules that are loaded when it is called (no import hook):
-``DaskExecutor()`` calls it, and so does each run on a ``DaskExecutor``. NeMo's
-``Pipeline.run(checkpoint_path=...)`` reaches no method of the executor before its Ray path, so
-NeMo's pipeline module must be imported before the ``DaskExecutor`` is made, or
-``curator_dask.nemo.install()`` called after it is (docs/nemo-curator.md). It also installs the
-id generator's redirects (:mod:`curator_dask.nemo.ids`).
+It is a row of :mod:`.patches` (an *entry* row): NeMo's ``Pipeline.run(checkpoint_path=...)``
+reaches no method of the executor before its Ray path, so the replacement is installed before
+a run: by ``DaskExecutor()`` when NeMo's pipeline module is already loaded, by ``start()``,
+each run and ``curator_dask.nemo.install()`` (docs/migrating-from-nemo-curator.md).
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
-import threading
-from collections.abc import Callable
 from typing import Any
 
 SUPPORTED_VERSIONS = ("1.4",)  # NeMo Curator minor versions whose Pipeline.run is hooked
 PIPELINE_MODULE = "nemo_curator.pipeline.pipeline"
-_METHOD = "_run_with_resumability"
 _PARAMETERS = ["self", "executor", "initial_tasks", "checkpoint_path"]
-_lock = threading.RLock()
-
-
-def install() -> None:
-    """Hook NeMo's ``Pipeline`` and redirect its id generator (:mod:`curator_dask.nemo.ids`)
-    in those of their modules that are loaded now; a module imported later is patched by the
-    next call. Cheap (a few ``sys.modules`` look-ups) and idempotent; imports nothing of NeMo.
-
-    Example:
-        >>> from curator_dask.nemo import install
-        >>> install()  # after ``import nemo_curator...``, when the DaskExecutor came first
-    """
-    patch_loaded(PIPELINE_MODULE, _patch)
-    from curator_dask.nemo import ids
-
-    ids.install()
-
-
-def patch_loaded(name: str, patch: Callable[[Any], None]) -> bool:
-    """Call ``patch(module)`` when NeMo's module ``name`` is loaded; whether it was."""
-    module = sys.modules.get(name)
-    if module is None:
-        return False
-    with _lock:  # two threads making executors patch once
-        patch(module)
-    return True
 
 
 def nemo_version() -> str:
@@ -74,11 +43,17 @@ def is_supported(version: str) -> bool:
     return any(version == v or version.startswith(v + ".") for v in SUPPORTED_VERSIONS)
 
 
-def _patch(module: Any) -> None:
-    pipeline = getattr(module, "Pipeline", None)
-    original = getattr(pipeline, _METHOD, None)
-    if original is None or getattr(original, "__curator_dask_hook__", False):
-        return
+def pipeline_matches(module: Any) -> bool:
+    """Whether NeMo's pipeline module has the method replaced (its version and signature are
+    checked when a run calls it, so another version's run is refused rather than sent to
+    Ray)."""
+    return callable(getattr(getattr(module, "Pipeline", None), "_run_with_resumability", None))
+
+
+def dispatch_checkpointed_run(original: Any, module: Any = None) -> Any:
+    """The replacement of NeMo's ``Pipeline._run_with_resumability`` (``original``): a
+    ``DaskExecutor`` runs the stages with the checkpoint, any other executor NeMo's method."""
+
     def _run_with_resumability(self: Any, executor: Any, initial_tasks: Any,
                                checkpoint_path: Any) -> Any:
         from curator_dask.backends.dask.executor import DaskExecutor
@@ -97,6 +72,8 @@ def _patch(module: Any) -> None:
         options = RunOptions.plain(str(checkpoint_path)).checked(self.stages)
         return executor.execute(self.stages, initial_tasks, options=options)
 
-    _run_with_resumability.__curator_dask_hook__ = True  # type: ignore[attr-defined]
-    _run_with_resumability.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(pipeline, _METHOD, _run_with_resumability)
+    # a function's own attributes: mypy knows only those of its type
+    _run_with_resumability.__curator_dask_hook__ = True  # type: ignore[attr-defined]  # marker
+    _run_with_resumability.__wrapped__ = original  # type: ignore[attr-defined]  # as wraps sets
+    _run_with_resumability.__doc__ = original.__doc__
+    return _run_with_resumability

@@ -35,18 +35,25 @@ than by rebinding the module's names, because a script imports them by name
 (``from ...id_generator import create_id_generator_actor``) usually before it makes its first
 ``DaskExecutor``, and that name would go on calling Ray's version.
 
+When. Each redirect is a row of :mod:`.patches`: the functions' code and the reader's ``ray``
+are replaced only while they are held (a started ``DaskExecutor``, a removal workflow running on
+one, a worker's ``StageHost`` whose stages use ids: :func:`install_for`, or a generator made on
+Dask that still exists) and restored after; the workflow's ``run`` is an entry row, replaced
+before a run because NeMo's ``run`` calls ``create_id_generator_actor`` before it touches the
+executor.
+
 Version guard, as for ``Pipeline.run`` (:mod:`.hook`): nothing is redirected unless NeMo is
 1.4.x and the functions and reader methods are the ones this was written against (their
-parameters, and the names the reader's id methods use). Otherwise a ``DaskExecutor`` run whose
-stages need ids stops before anything runs with one line naming the supported versions
-(:func:`unsupported_reason`, raised by :mod:`.checks`), so it can never fall into Ray's path.
+parameters, and the names the reader's id methods use: :func:`functions_match`,
+:func:`reader_matches`). Otherwise a ``DaskExecutor`` run whose stages need ids stops before
+anything runs with one line naming the supported versions (:func:`unsupported_reason`, raised
+by :mod:`.checks`), so it can never fall into Ray's path.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
-import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,21 +78,9 @@ _WORKFLOW_PARAMETERS = ["self", "executor", "initial_tasks"]
 _DRIVER_FUNCTIONS = ("create_id_generator_actor", "write_id_generator_to_disk",
                      "kill_id_generator_actor")
 
-_lock = threading.RLock()
 _originals: dict[str, Callable[..., Any]] = {}  # NeMo's functions, as copies
-_patched: set[str] = set()  # which of the three modules are redirected
 _in_workflow: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "curator_dask_nemo_removal_on_dask", default=False)
-
-
-def install() -> None:
-    """Redirect NeMo's id generator for DaskExecutor runs in those of its three modules that
-    are loaded now (driver: :func:`curator_dask.nemo.hook.install`, by every
-    ``DaskExecutor()`` and run; workers: :func:`install_for`). A module imported later is
-    patched by the next call; nothing is imported here."""
-    hook.patch_loaded(ID_MODULE, _patch_functions)
-    hook.patch_loaded(READER_MODULE, _patch_reader)
-    hook.patch_loaded(WORKFLOW_MODULE, _patch_workflow)
 
 
 # -- which function a call runs --------------------------------------------------------------
@@ -107,12 +102,12 @@ def target(name: str) -> Callable[..., Any]:
 
 
 def original(name: str) -> Callable[..., Any]:
-    """NeMo's own function ``name`` (a copy of the function object with NeMo's code)."""
-    found = _originals.get(name)
-    if found is None:
-        module = _nemo_module(ID_MODULE)
-        return getattr(module, name)  # not redirected: the module's is NeMo's own
-    return found
+    """NeMo's own function ``name``: the module's while it is not redirected, else a copy of
+    the function object with NeMo's code."""
+    fn = getattr(_nemo_module(ID_MODULE), name)
+    if fn.__code__ is _DISPATCHERS[name].__code__:
+        return _originals[name]
+    return fn
 
 
 def in_curator_dask_task() -> bool:
@@ -140,14 +135,19 @@ def uses_ids(stage: Any) -> bool:
     return bool(getattr(stage, "_generate_ids", False) or getattr(stage, "_assign_ids", False))
 
 
-def install_for(stages: list[Any]) -> None:
+def install_for(stages: list[Any]) -> bool:
     """On a worker (the run's stages are NeMo's): when one of them uses ids, import the id
     generator's and the reader's modules (the reader's ``setup`` imports the first only then)
-    and redirect them."""
-    if any(uses_ids(s) for s in stages):
-        for name in (ID_MODULE, READER_MODULE):
-            _nemo_module(name)
-        install()
+    and hold their redirects (:func:`curator_dask.nemo.patches.install`); whether it did (the
+    caller then releases them with ``patches.remove()``)."""
+    if not any(uses_ids(s) for s in stages):
+        return False
+    from curator_dask.nemo import patches
+
+    for name in (ID_MODULE, READER_MODULE):
+        _nemo_module(name)
+    patches.install()
+    return True
 
 
 def unsupported_reason() -> str | None:
@@ -156,10 +156,11 @@ def unsupported_reason() -> str | None:
     version = hook.nemo_version()
     detail = ""
     if hook.is_supported(version):
-        for name in (ID_MODULE, READER_MODULE):
-            _nemo_module(name)  # imported (if not yet), then patched
-        install()
-        if {ID_MODULE, READER_MODULE} <= _patched:
+        from curator_dask.nemo import patches
+
+        modules = [_nemo_module(name) for name in (ID_MODULE, READER_MODULE)]  # imported now
+        patches.refresh()  # so a started executor redirects them at once
+        if functions_match(modules[0]) and reader_matches(modules[1]):
             return None
         detail = (" (its id generator functions or its reader's id methods are not the ones "
                   "curator_dask was written against)")
@@ -235,23 +236,28 @@ class RayStandIn:
         return f"RayStandIn({self._real!r})"
 
 
-# -- the patches (called by hook.patch_loaded, under its lock) ----------------------------------
+# -- the replacements and their guards (rows of curator_dask.nemo.patches) ---------------------
 def _supported() -> bool:
     return hook.is_supported(hook.nemo_version())
 
 
-def _patch_functions(module: Any) -> None:
-    with _lock:
-        if ID_MODULE in _patched or not _supported():
-            return
-        functions = {name: getattr(module, name, None) for name in _SIGNATURES}
-        if not all(_matches(fn, *_SIGNATURES[name]) for name, fn in functions.items()):
-            return
-        for name, fn in functions.items():
-            _originals[name] = _copy(fn)
-            fn.__code__ = _DISPATCHERS[name].__code__
-            fn.__curator_dask_redirect__ = True
-        _patched.add(ID_MODULE)
+def functions_match(module: Any) -> bool:
+    """Whether NeMo's id generator module is the one the dispatchers were written for (NeMo
+    1.4.x, the four functions with these parameters and defaults): all four are redirected,
+    or none."""
+    return _supported() and all(_matches(getattr(module, name, None), *signature)
+                                for name, signature in _SIGNATURES.items())
+
+
+def dispatcher_code(name: str) -> Callable[[Any, Any], Any]:
+    """The replacement of NeMo's function ``name``'s code: its dispatcher's, once an exact copy
+    of NeMo's function is kept for :func:`original`."""
+
+    def replacement(code: Any, module: Any) -> Any:
+        _originals[name] = _copy(getattr(module, name))  # its code is still NeMo's here
+        return _DISPATCHERS[name].__code__
+
+    return replacement
 
 
 def _matches(fn: Any, parameters: list[str], defaults: tuple | None) -> bool:
@@ -272,44 +278,52 @@ def _copy(fn: types.FunctionType) -> types.FunctionType:
     return clone
 
 
-def _patch_reader(module: Any) -> None:
-    with _lock:
-        if READER_MODULE in _patched or not _supported():
-            return
-        reader, real = getattr(module, "BaseReader", None), getattr(module, "ray", None)
-        if reader is None or not isinstance(real, types.ModuleType):
-            return
-        for method, names in _READER_NAMES.items():
-            fn = getattr(reader, method, None)
-            if not isinstance(fn, types.FunctionType) or not names <= set(fn.__code__.co_names):
-                return
-        module.ray = RayStandIn(real)
-        _patched.add(READER_MODULE)
+def reader_matches(module: Any) -> bool:
+    """Whether NeMo's reader module is the one :class:`RayStandIn` was written for (NeMo 1.4.x,
+    a real ``ray`` module, and id methods that use the names the handle serves)."""
+    reader = getattr(module, "BaseReader", None)
+    if reader is None or not _supported():
+        return False
+    if not isinstance(getattr(module, "ray", None), (types.ModuleType, RayStandIn)):
+        return False
+    for method, names in _READER_NAMES.items():
+        fn = getattr(reader, method, None)
+        if not isinstance(fn, types.FunctionType) or not names <= set(fn.__code__.co_names):
+            return False
+    return True
 
 
-def _patch_workflow(module: Any) -> None:
-    # On any version whose run() has this signature: a Dask run with ids on an unsupported
-    # version then stops with the version line instead of starting Ray's actor.
-    with _lock:
-        workflow = getattr(module, "TextDuplicatesRemovalWorkflow", None)
-        nemo_run = getattr(workflow, "run", None)
-        if (WORKFLOW_MODULE in _patched or not isinstance(nemo_run, types.FunctionType)
-                or list(inspect.signature(nemo_run).parameters) != _WORKFLOW_PARAMETERS):
-            return
+def ray_stand_in(real: Any, module: Any = None) -> RayStandIn:
+    """The replacement of ``ray`` in NeMo's reader module."""
+    return RayStandIn(real)
 
-        def run(self: Any, executor: Any = None, initial_tasks: Any = None) -> Any:
-            return _run_removal(nemo_run, self, executor, initial_tasks)
 
-        run.__doc__, run.__wrapped__ = nemo_run.__doc__, nemo_run  # type: ignore[attr-defined]
-        run.__curator_dask_redirect__ = True  # type: ignore[attr-defined]
-        workflow.run = run
-        _patched.add(WORKFLOW_MODULE)
+def workflow_matches(module: Any) -> bool:
+    """Whether ``TextDuplicatesRemovalWorkflow.run`` has the parameters the wrapper passes on
+    (on any version: a Dask run with ids on an unsupported one then stops with the version line
+    instead of starting Ray's actor)."""
+    nemo_run = getattr(getattr(module, "TextDuplicatesRemovalWorkflow", None), "run", None)
+    return (isinstance(nemo_run, types.FunctionType)
+            and list(inspect.signature(nemo_run).parameters) == _WORKFLOW_PARAMETERS)
+
+
+def removal_run(nemo_run: Callable[..., Any], module: Any = None) -> Callable[..., Any]:
+    """The replacement of NeMo's ``TextDuplicatesRemovalWorkflow.run``."""
+
+    def run(self: Any, executor: Any = None, initial_tasks: Any = None) -> Any:
+        return _run_removal(nemo_run, self, executor, initial_tasks)
+
+    # a function's own attributes: mypy knows only those of its type
+    run.__doc__, run.__wrapped__ = nemo_run.__doc__, nemo_run  # type: ignore[attr-defined]  # wraps
+    run.__curator_dask_redirect__ = True  # type: ignore[attr-defined]  # marker
+    return run
 
 
 def _run_removal(nemo_run: Callable[..., Any], workflow: Any, executor: Any,
                  initial_tasks: Any) -> Any:
     """NeMo's ``TextDuplicatesRemovalWorkflow.run``; on a ``DaskExecutor`` its
-    ``create_id_generator_actor`` / ``kill_id_generator_actor`` are curator_dask's."""
+    ``create_id_generator_actor`` / ``kill_id_generator_actor`` are curator_dask's (held, and
+    chosen by :func:`target`, while it runs)."""
     from curator_dask.backends.dask.executor import DaskExecutor
 
     if not isinstance(executor, DaskExecutor):
@@ -319,11 +333,15 @@ def _run_removal(nemo_run: Callable[..., Any], workflow: Any, executor: Any,
         if reason is not None:
             msg = f"TextDuplicatesRemovalWorkflow(id_generator_path=...): {reason}"
             raise RuntimeError(msg)
+    from curator_dask.nemo import patches
+
     token = _in_workflow.set(True)
+    patches.install()  # the id functions NeMo's run calls are redirected while it runs
     try:
         return nemo_run(workflow, executor, initial_tasks)
     finally:
         _in_workflow.reset(token)
+        patches.remove()
 
 
 def _nemo_module(name: str) -> Any:
@@ -332,30 +350,41 @@ def _nemo_module(name: str) -> Any:
     return importlib.import_module(name)
 
 
-# The code of NeMo's four functions once redirected: the same parameters; no names of this
-# module (the code runs with NeMo's module globals), so each imports target.
-def _get_id_generator_actor() -> Any:
-    from curator_dask.nemo.ids import target
+def call(name: str, *args: Any) -> Any:
+    """A call of NeMo's redirected function ``name``: :func:`target`'s function; after a kill,
+    the redirects are restored when nothing holds them any more."""
+    result = target(name)(*args)
+    if name == "kill_id_generator_actor":
+        from curator_dask.nemo import patches
 
-    return target("get_id_generator_actor")()
+        patches.settle()
+    return result
+
+
+# The code of NeMo's four functions once redirected: the same parameters; no names of this
+# module (the code runs with NeMo's module globals), so each imports call.
+def _get_id_generator_actor() -> Any:
+    from curator_dask.nemo.ids import call
+
+    return call("get_id_generator_actor")
 
 
 def _create_id_generator_actor(filepath: Any = None, storage_options: Any = None) -> Any:
-    from curator_dask.nemo.ids import target
+    from curator_dask.nemo.ids import call
 
-    return target("create_id_generator_actor")(filepath, storage_options)
+    return call("create_id_generator_actor", filepath, storage_options)
 
 
 def _write_id_generator_to_disk(filepath: Any, storage_options: Any = None) -> Any:
-    from curator_dask.nemo.ids import target
+    from curator_dask.nemo.ids import call
 
-    return target("write_id_generator_to_disk")(filepath, storage_options)
+    return call("write_id_generator_to_disk", filepath, storage_options)
 
 
 def _kill_id_generator_actor() -> Any:
-    from curator_dask.nemo.ids import target
+    from curator_dask.nemo.ids import call
 
-    return target("kill_id_generator_actor")()
+    return call("kill_id_generator_actor")
 
 
 _DISPATCHERS = {"get_id_generator_actor": _get_id_generator_actor,

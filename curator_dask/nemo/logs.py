@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from loguru import Message, Record
 
 LOGGER = "curator_dask_loguru"  # the stdlib logger that carries workers' loguru records
 _lock = threading.Lock()
@@ -31,14 +36,14 @@ def bridge_worker_loguru(level: int = logging.INFO) -> None:
         _bridged = True
 
 
-def _to_stdlib(message: object) -> None:
-    record = message.record  # type: ignore[attr-defined]
+def _to_stdlib(message: Message) -> None:
+    record = message.record
     std = logging.getLogger(LOGGER)
     level = record["level"].no
     if not std.isEnabledFor(level):
         return
     std.handle(std.makeRecord(std.name, level, record["file"].path, record["line"],
-                              record["message"], None, None, record["function"],
+                              record["message"], (), None, record["function"],
                               extra={"loguru_name": record["name"] or ""}))
 
 
@@ -46,24 +51,27 @@ class _ToLoguru(logging.Handler):
     """On the driver: forwarded worker records written to loguru, as NeMo writes its own."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not getattr(record, "worker", None):
+        worker = getattr(record, "worker", None)  # set by distributed's forward_logging
+        if not worker:
             return  # only records that came from a worker; the driver logs to loguru itself
         from loguru import logger
 
-        where = {"name": getattr(record, "loguru_name", record.name),
-                 "function": record.funcName, "line": record.lineno}
+        name: str = getattr(record, "loguru_name", record.name)
+
+        def where(r: Record) -> None:
+            r["name"], r["function"], r["line"] = name, record.funcName, record.lineno
+
         level = record.levelname if record.levelname in _LOGURU_LEVELS else record.levelno
-        logger.patch(lambda r: r.update(where)).log(  # type: ignore[arg-type]
-            level, "[worker {}] {}", record.worker, record.getMessage())  # type: ignore[attr-defined]
+        logger.patch(where).log(level, "[worker {}] {}", worker, record.getMessage())
 
 
 _LOGURU_LEVELS = {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"}
 
 
-def forward_to_driver(client: object) -> None:
+def forward_to_driver(client: Client) -> None:
     """Forward the workers' loguru records to this driver (idempotent)."""
     global _driver_handler
-    client.forward_logging(LOGGER, level=logging.INFO)  # type: ignore[attr-defined]
+    client.forward_logging(LOGGER, level=logging.INFO)
     with _lock:
         if _driver_handler is None:
             _driver_handler = _ToLoguru()

@@ -154,17 +154,22 @@ DISPATCH = textwrap.dedent("""
         return [n for n in NAMES if ids.target(n) is ids.original(n)
                 and ids.original(n).__code__ is nemo_code[n]]
 
-    executor = DaskExecutor(n_workers=1, progress=False)  # installs the redirects only
-    report = {"redirected": [n for n in NAMES if getattr(nemo_ids, n).__code__
-                             is not nemo_code[n]], "idle": nemos()}
+    def redirected():  # the names whose function object runs curator_dask's dispatcher
+        return [n for n in NAMES if getattr(nemo_ids, n).__code__ is not nemo_code[n]]
+
+    executor = DaskExecutor(n_workers=1, progress=False)  # changes none of them
+    report = {"made": redirected(), "idle": nemos()}
     with executor:
+        report["redirected"] = redirected()
         report["started"] = [n for n in NAMES if ids.target(n) is getattr(ours, n, None)]
         report["plain_task"] = executor.client.submit(ids.in_curator_dask_task).result()
         create_id_generator_actor()  # the name bound before any DaskExecutor: curator_dask's
         report["created"] = ours.id_generator_exists()
     report["after"] = nemos()  # write and kill still reach curator_dask's generator
+    report["kept"] = redirected()  # held while that generator exists
     kill_id_generator_actor()
     report["end"] = nemos() if not ours.id_generator_exists() else "not killed"
+    report["restored"] = redirected()
     import ray
     report["ray"] = ray.is_initialized()
     print("REPORT " + json.dumps(report))
@@ -172,6 +177,9 @@ DISPATCH = textwrap.dedent("""
 
 
 def test_nemos_functions_keep_nemos_code_unless_a_dask_executor_is_started(tmp_path):
+    """Made, the executor changes nothing of NeMo's; started, the function objects a script
+    imported are redirected; after it closes they stay so only while the generator made on
+    Dask exists, and its kill restores NeMo's code (curator_dask/nemo/patches.py)."""
     marker = uuid.uuid4().hex
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), MARKER: marker}
     env.pop("RAY_ADDRESS", None)
@@ -182,12 +190,15 @@ def test_nemos_functions_keep_nemos_code_unless_a_dask_executor_is_started(tmp_p
     report = json.loads(lines[-1][len("REPORT "):])
     names = ["get_id_generator_actor", "create_id_generator_actor",
              "write_id_generator_to_disk", "kill_id_generator_actor"]
-    assert report["redirected"] == names  # the function objects a script imported
+    assert report["made"] == []  # DaskExecutor() leaves NeMo's functions NeMo's
     assert report["idle"] == names  # no DaskExecutor started: NeMo's code, every one
+    assert report["redirected"] == names  # started: the function objects a script imported
     driver = names[1:]
     assert report["started"] == driver  # started: curator_dask's (the reader's handle in tasks)
     assert report["plain_task"] is False  # a Dask task that is not curator_dask's: NeMo's
     assert report["created"] is True
     assert report["after"] == names[:2]
+    assert report["kept"] == names
     assert report["end"] == names
+    assert report["restored"] == []  # NeMo's code objects back
     assert report["ray"] is False and ray_daemons(marker) == []

@@ -22,7 +22,8 @@ from tests.nemo.nemo_pipelines import write_input
 from tests.nemo.no_ray import MARKER, ray_daemons, ray_initialized
 
 # A fresh interpreter and a DaskExecutor that is not started when the workflow calls NeMo's
-# create_id_generator_actor: only the workflow's own redirect sends it to Dask.
+# create_id_generator_actor: only the workflow's own redirect sends it to Dask (an entry row of
+# curator_dask/nemo/patches.py, which holds the id functions' redirects while it runs).
 REMOVAL = textwrap.dedent("""
     import json, sys
     from nemo_curator.stages.text.deduplication.removal_workflow import (
@@ -32,19 +33,22 @@ REMOVAL = textwrap.dedent("""
     from curator_dask.ids import generator as ours
     from tests.nemo.no_ray import ray_initialized
     data, ids_json, remove, out = sys.argv[1:5]
+    nemo_code = nemo_ids.create_id_generator_actor.__code__
     executor = DaskExecutor(n_workers=2, progress=False)
-    # the workflow and its create_id_generator_actor are redirected: a regression stops here,
-    # before NeMo's code could start Ray
-    for redirected in (TextDuplicatesRemovalWorkflow.run, nemo_ids.create_id_generator_actor):
-        if not getattr(redirected, "__curator_dask_redirect__", False):
-            sys.exit(f"{redirected.__qualname__} is not redirected")
+    # the workflow is redirected, its create_id_generator_actor not yet (NeMo's code until the
+    # workflow runs on Dask): a regression stops here, before NeMo's code could start Ray
+    if not getattr(TextDuplicatesRemovalWorkflow.run, "__curator_dask_redirect__", False):
+        sys.exit("TextDuplicatesRemovalWorkflow.run is not redirected")
+    if nemo_ids.create_id_generator_actor.__code__ is not nemo_code:
+        sys.exit("create_id_generator_actor is redirected by DaskExecutor()")
     result = TextDuplicatesRemovalWorkflow(
         input_path=data, ids_to_remove_path=remove, output_path=out, input_filetype="jsonl",
         input_files_per_partition=2, id_generator_path=ids_json).run(executor=executor)
     print("REPORT " + json.dumps({
         "removed": result.get_metadata("num_duplicates_removed"),
         "outputs": len(result.pipeline_tasks["removal"]),
-        "generator_left": ours.id_generator_exists(), "ray": ray_initialized()}))
+        "generator_left": ours.id_generator_exists(), "ray": ray_initialized(),
+        "nemo_code_after": nemo_ids.create_id_generator_actor.__code__ is nemo_code}))
 """)
 
 
@@ -86,4 +90,5 @@ def test_nemos_removal_workflow_with_an_id_generator_runs_on_dask(tmp_path):
         d: i for d, i in ids.items() if d not in removed}  # each row got the JSON's id
     assert report["removed"] == len(removed) and report["outputs"] == 3
     assert report["generator_left"] is False  # the workflow's kill_id_generator_actor ran
+    assert report["nemo_code_after"] is True  # the redirects held by the workflow are gone
     assert report["ray"] is False and ray_daemons(marker) == [] and not ray_initialized()

@@ -21,9 +21,9 @@ import dask.config
 from curator_dask import config as _config
 from curator_dask.backends.base import BaseExecutor, NullObserver, RunObserver, RunOptions
 from curator_dask.backends.dask import cluster_kinds as kinds
+from curator_dask.backends.dask import extensions
 from curator_dask.backends.dask.result import RunResult
 from curator_dask.backends.dask.stop import RUNS
-from curator_dask.nemo import hook
 from curator_dask.utils import private_api
 
 # distributed's config defaults are loaded with the executor, without importing distributed
@@ -43,8 +43,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["DaskExecutor", "RunResult", "any_started"]
 
-# The executors of this process with a started cluster (NeMo's id generator functions go to
-# Dask while one is: curator_dask/nemo/ids.py).
+# The executors of this process with a started cluster (NeMo's id generator functions are
+# redirected to Dask while one is: curator_dask/nemo/patches.py).
 _STARTED: weakref.WeakSet[DaskExecutor] = weakref.WeakSet()
 
 
@@ -152,11 +152,11 @@ class DaskExecutor(BaseExecutor):
         # is in progress: two runs on one entered executor stop independently. The lock
         # orders start, close and the end of a run for runs made from several threads.
         self._lock = threading.RLock()
-        # NeMo's loaded modules: its Pipeline.run(checkpoint_path=...) then runs here, not on
-        # Ray (no process starts before start(), no import hook: curator_dask/nemo/hook.py)
-        hook.install()
         self._provisioned: Any = None
         self._entered = False
+        # e.g. NeMo's checkpointed Pipeline.run, which reaches nothing of the executor before
+        # its Ray path (curator_dask/nemo/patches.py); no process starts before start()
+        extensions.notify("executor_made", executor=self)
 
     @property
     def _client(self) -> Client | None:
@@ -249,6 +249,7 @@ class DaskExecutor(BaseExecutor):
                 dashboard_requested=self._dashboard_requested,
                 scheduler_file=self.scheduler_file, cluster_kwargs=self.cluster_kwargs))
             _STARTED.add(self)
+            extensions.notify("executor_started", executor=self)
             if kinds.cluster_kind(kind).full_size_known and self.max_in_flight is None:
                 # Sized for the cluster's full size, not for the workers that happen to have
                 # joined when the run starts (none, for an adaptive cluster of minimum 0).
@@ -273,6 +274,7 @@ class DaskExecutor(BaseExecutor):
         with self._lock:
             found, self._provisioned = self._provisioned, None
             _STARTED.discard(self)
+        extensions.notify("executor_closed", executor=self)  # e.g. NeMo's modules restored
         if found is not None:
             found.stack.close()
 
@@ -305,7 +307,7 @@ class DaskExecutor(BaseExecutor):
         self.prepare_workers()
         from curator_dask.backends.dask.run import DaskRun
 
-        hook.install()  # NeMo's modules imported since this executor was made
+        extensions.notify("run_begins", executor=self)  # e.g. NeMo modules imported since
         run = DaskRun(self, stages, options or RunOptions.plain(), observer or NullObserver(),
                       initial_tasks)
         return run.execute()

@@ -24,6 +24,7 @@ from curator_dask.backends.base import (
     RunOptions,
     prepare_outputs,
 )
+from curator_dask.backends.dask import extensions
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import notice, showing
@@ -51,7 +52,6 @@ from curator_dask.errors import (
 )
 from curator_dask.ids.run import ids_for_run
 from curator_dask.lineage import is_empty_task, source_id_of
-from curator_dask.nemo.checks import refuse_overwrite_with_checkpoint, refuse_ray_only
 from curator_dask.tasks import EmptyTask
 from curator_dask.utils.files import NoInputFilesError
 
@@ -131,8 +131,8 @@ class DaskRun:
         (``run.json``), and plan. The writers' output modes and folders wait for the inputs
         (:meth:`steps`)."""
         stages, options = self.stages, self.options
-        refuse_ray_only(stages)
-        refuse_overwrite_with_checkpoint(stages, options)  # NeMo writers empty at build
+        # e.g. NeMo: Ray-only stages, its writers with mode="overwrite" in a checkpointed run
+        extensions.notify("run_made", stages=stages, options=options)
         self.services.ids = ids_for_run(stages, options, self.run_id)  # no generator: fails here
         if self.given:  # the writers' folders once the inputs are found (steps)
             from curator_dask.lineage import assign_root_task_ids

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 from distributed import WorkerPlugin, get_worker
 
 from curator_dask.backends.counts import StageCount
+from curator_dask.backends.dask import extensions
 from curator_dask.backends.dask.adapter import StageAdapter, run_stages
-from curator_dask.classes import is_nemo
 from curator_dask.errors import StageError
 from curator_dask.resumability.counters import DeltaLog
 from curator_dask.resumability.plugin import TOPIC
@@ -204,12 +204,8 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
         self.worker_id = str(getattr(worker, "name", "") or getattr(worker, "address", ""))
         self.stages = cloudpickle.loads(self._stages_payload)
         quiet_stage_errors()
-        if any(is_nemo(s) for s in self.stages):
-            from curator_dask.nemo import ids
-            from curator_dask.nemo.logs import bridge_worker_loguru
-
-            bridge_worker_loguru()
-            ids.install_for(self.stages)  # NeMo's readers with ids reach the scheduler, not Ray
+        # e.g. NeMo: loguru to the driver, its readers' ids to the scheduler, not Ray
+        extensions.notify("worker_setup", host=self, stages=self.stages)
 
     def teardown(self, worker: Any = None) -> None:
         errors = []
@@ -220,6 +216,7 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
                 errors.append(f"{self.stages[index].name}: {exc!r}")
         self._adapters.clear()
         shutil.rmtree(node_dir(self.node_key), ignore_errors=True)
+        extensions.notify("worker_teardown", host=self, stages=self.stages)
         if errors:
             logger.warning("teardown failed on %s: %s", self.worker_id, "; ".join(errors))
 
