@@ -76,12 +76,12 @@ def record_partitions(report: Any, checkpoint: str, listed: list[str] | None) ->
     (no partition is then shown), ``unplanned`` files. Empty: no record.
     """
     from curator_dask.errors import PartitionRecordError
-    from curator_dask.partitions.record import PartitionInfoFile, plan_of
+    from curator_dask.partitions.record import RangesRecord, plan_of
     from curator_dask.resumability.inspect import PartitionStatus
 
-    record_file = PartitionInfoFile(checkpoint)
+    record_file = RangesRecord(checkpoint)
     try:
-        record = record_file.load()
+        record = record_file.read()
         if record is None:
             return {}
         plan = plan_of(record, record_file.url)

@@ -11,9 +11,10 @@ P2P shuffle (which spills to disk) into ``total_nparts`` partitions, keeps the s
 each hash (both words equal) and writes the others, sorted, to
 ``ExactDuplicateIds/part.<i>.parquet``: one file per partition, empty ones included, the id
 column named as NeMo names it (the ``id_field``; ``_curator_dedup_id`` for assigned ids). The
-phase commits last: a marker file (under the cache) records its parameters and files; a
-checkpointed rerun whose marker matches and whose files are all there skips the phase,
-anything else redoes it from an empty folder.
+phase commits last, by the deduplication phases' rule (``dedup/commits.py``): with a
+checkpoint, its record (``<cache>/ExactDuplicateIds.committed.json``) holds its key (a digest
+of its parameters), parameters and parts; a rerun whose record has that key and whose part
+files are all there skips the phase, anything else redoes it from an empty folder.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curator_dask.dedup.commits import PhaseRecord, parameters_key, run_phase
 from curator_dask.dedup.phases import ID_COLUMN
 from curator_dask.dedup.text import normalize_text, text_md5_words
 from curator_dask.errors import CuratorDaskError
@@ -43,7 +45,6 @@ logger = logging.getLogger(__name__)
 EXACT_DUPLICATE_GROUP_FIELD = "_exact_duplicate_group"  # NeMo's name (its hex MD5)
 HASH_FIELDS = ("_md5_hi", "_md5_lo")  # the MD5's two 64-bit words (as int64), in the cache
 DUPLICATE_IDS_DIR = "ExactDuplicateIds"
-_MARKER_VERSION = 1
 _STATS_META = pd.DataFrame({"partition_index": pd.Series([], dtype="int64"),
                             "num_groups": pd.Series([], dtype="int64"),
                             "num_removal_ids": pd.Series([], dtype="int64"),
@@ -80,7 +81,7 @@ class ExactHash:
 class DuplicateIdsPlan:
     """Where and how phase 2 writes: the ``ExactDuplicateIds`` folder (a local path or an
     fsspec URL), the id column's name there, the number of parts, the Parquet options, and the
-    commit marker (``None``: no checkpoint, never skip)."""
+    phase's committed record (``None``: no checkpoint, never skip)."""
 
     out_dir: str
     id_name: str
@@ -146,31 +147,32 @@ def _shared_ids(part: pd.DataFrame) -> pd.DataFrame:
 
 
 def ids_key(plan: DuplicateIdsPlan, fingerprint: dict[str, Any]) -> str:
-    """A digest of what the ids phase 2 writes depend on (what its marker records)."""
-    text = json.dumps(_parameters(plan, fingerprint), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """A digest of what the ids phase 2 writes depend on (the key its record holds)."""
+    return parameters_key(_parameters(plan, fingerprint))
 
 
 def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
                         fingerprint: dict[str, Any]) -> DuplicateIdsResult:
     """Phase 2 on ``client``: ``frame`` (a dask DataFrame of ``_curator_dedup_id`` and
     ``_exact_duplicate_group``) grouped by hash across the whole corpus; see the module
-    docstring. ``fingerprint`` names what the ids depend on (the marker must match it)."""
-    fs, root = fsspec.core.url_to_fs(plan.out_dir, **plan.storage_options)
+    docstring. ``fingerprint`` names what the ids depend on (part of the record's key)."""
     parameters = _parameters(plan, fingerprint)
-    committed = _committed(plan, parameters, fs)
-    if committed is not None:
+    record = (None if plan.marker is None
+              else PhaseRecord(plan.marker, plan.storage_options, phase="duplicate_ids"))
+    counts, reused = run_phase(
+        record, parameters_key(parameters), [(plan.out_dir, plan.storage_options)],
+        lambda: {"parts": _write_parts(client, frame, plan)},
+        present=lambda counts: _parts_present(plan, counts.get("parts") or []),
+        details={"parameters": parameters})
+    parts = [dict(p) for p in counts.get("parts") or []]
+    if reused:
         logger.info("exact dedup: %s already committed (%d ids); not redone", plan.out_dir,
-                    sum(int(p["num_removal_ids"]) for p in committed))
-        return DuplicateIdsResult(committed, reused=True)
-    if plan.marker is not None:
-        mfs, mpath = fsspec.core.url_to_fs(plan.marker, **plan.storage_options)
-        if mfs.exists(mpath):
-            mfs.rm(mpath)
-    # a part left by an earlier run (killed, or with more parts) must not be read as ours
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-    fs.makedirs(root, exist_ok=True)
+                    sum(int(p["num_removal_ids"]) for p in parts))
+    return DuplicateIdsResult(parts, reused=reused)
+
+
+def _write_parts(client: Any, frame: Any, plan: DuplicateIdsPlan) -> list[dict[str, Any]]:
+    """Phase 2's work, into the empty ``plan.out_dir``: one row per part written."""
     empty = private_api.dataframe_meta(frame)[[ID_COLUMN]]
     id_type = pa.Schema.from_pandas(empty, preserve_index=False).field(ID_COLUMN).type
     writer = _PartWriter(out_dir=plan.out_dir, id_name=plan.id_name, id_type=id_type,
@@ -181,14 +183,7 @@ def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
     stats = shuffled.map_partitions(writer, partition_info=True, meta=_STATS_META)
     table = client.compute(stats).result()
     parts = sorted(table.to_dict("records"), key=lambda p: p["partition_index"])
-    parts = [{k: (int(v) if k != "path" else str(v)) for k, v in p.items()} for p in parts]
-    if plan.marker is not None:
-        payload = {"version": _MARKER_VERSION, "parameters": parameters, "parts": parts}
-        mfs, mpath = fsspec.core.url_to_fs(plan.marker, **plan.storage_options)
-        mfs.makedirs(posixpath.dirname(mpath), exist_ok=True)
-        data = (json.dumps(payload, sort_keys=True, indent=1) + "\n").encode()
-        write_atomic(mfs, mpath, lambda f: f.write(data))
-    return DuplicateIdsResult(parts)
+    return [{k: (int(v) if k != "path" else str(v)) for k, v in p.items()} for p in parts]
 
 
 @dataclass(frozen=True)
@@ -244,32 +239,12 @@ def _parameters(plan: DuplicateIdsPlan, fingerprint: dict[str, Any]) -> dict[str
             "write_kwargs": kwargs, **fingerprint}
 
 
-def _committed(plan: DuplicateIdsPlan, parameters: dict[str, Any], fs: Any
-               ) -> list[dict[str, Any]] | None:
-    """The parts of a committed run with these parameters whose files all exist, else None."""
-    if plan.marker is None:
-        return None
-    mfs, mpath = fsspec.core.url_to_fs(plan.marker, **plan.storage_options)
-    try:
-        payload = json.loads(mfs.cat_file(mpath))
-    except FileNotFoundError:
-        return None
-    except ValueError:  # a marker is written atomically; an unreadable one is not ours
-        logger.warning("exact dedup: ignoring the unreadable marker %s", plan.marker)
-        return None
-    if payload.get("version") != _MARKER_VERSION or payload.get("parameters") != parameters:
-        logger.info("exact dedup: %s was committed with other parameters; redoing it",
-                    plan.out_dir)
-        return None
-    parts = payload.get("parts") or []
-    _, root = fsspec.core.url_to_fs(plan.out_dir, **plan.storage_options)
-    if len(parts) != plan.nparts or not all(
-            fs.exists(posixpath.join(root, f"part.{p['partition_index']}.parquet"))
-            for p in parts):
-        logger.info("exact dedup: files of the committed %s are missing; redoing it",
-                    plan.out_dir)
-        return None
-    return parts
+def _parts_present(plan: DuplicateIdsPlan, parts: list[dict[str, Any]]) -> bool:
+    """Whether every part file of a committed phase is still there (one deleted since: the
+    phase is redone)."""
+    fs, root = fsspec.core.url_to_fs(plan.out_dir, **plan.storage_options)
+    return len(parts) == plan.nparts and all(
+        fs.exists(posixpath.join(root, f"part.{p['partition_index']}.parquet")) for p in parts)
 
 
 def groups_fingerprint(groups: list[Any]) -> str:

@@ -3,17 +3,19 @@ from exactly the ids the identification just wrote, and committed like a phase.
 
 The deduplicated corpus is named by its input files' groups, so files of an earlier run (another
 corpus, another ``input_blocksize``, a file deleted since) would stay beside the new ones: the
-folder is emptied before a removal starts. With ``checkpoint_path=`` the removal is a phase
-with a key (a digest of the identification's key and the removal's parameters) and a record
+folder is emptied before a removal starts. With ``checkpoint_path=`` the removal is a phase by
+the deduplication phases' rule (``dedup/commits.py``), with a key (a digest of the
+identification's key and the removal's parameters) and a record
 ``<checkpoint_path>/removal.json``:
 
-- ``{"key": K, "done": true, "counts": ...}`` and the folder there: skipped, its counts
+- committed with this key (``"done": true``) and the folder there: skipped, its counts
   reported again (``phases_skipped`` lists ``removal``);
-- ``{"key": K, "done": false}`` (a run killed inside the removal): resumed through the
+- begun with this key (``"done": false``: a run killed inside the removal): resumed through the
   removal's pipeline checkpoint ``<checkpoint_path>/removal/``; the count then comes from the
   rows the folder holds, as the sources an earlier run completed report nothing;
-- anything else (other ids: a changed input, other parameters): the folder and the removal's
-  pipeline checkpoint are emptied, the record says ``done: false``, and the removal runs.
+- anything else (other ids: a changed input, other parameters): the record, the folder and the
+  removal's pipeline checkpoint are removed, the record says ``"done": false``, and the removal
+  runs from scratch.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 import fsspec
 
-from curator_dask.utils.atomic import write_atomic
+from curator_dask.dedup.commits import PhaseRecord, start_over
 
 RECORD = "removal.json"
 
@@ -84,22 +86,25 @@ class RemovalStep:
         ``counts``: ``num_duplicates_removed`` and ``skipped`` (the record was complete).
         """
         record = self._record()
-        if record.get("key") == self.key and record.get("done") and self._exists(self.output):
-            return {**record.get("counts", {}), "skipped": True}, None
-        # a complete record whose folder is gone (deleted since) is redone from scratch
-        resuming = (self.checkpoint is not None and record.get("key") == self.key
-                    and not record.get("done"))
+        if record is not None:
+            committed = record.committed(self.key)
+            if committed is not None and self._exists(self.output):
+                return {**committed, "skipped": True}, None
+        # a committed record whose folder is gone (deleted since) is redone from scratch
+        resuming = record is not None and record.begun(self.key)
         if not resuming:
-            self.empty_output()
-            if self.pipeline_checkpoint is not None:
-                self._empty(self.pipeline_checkpoint, self._checkpoint_options())
-            self._write_record({"key": self.key, "done": False})
+            start_over(record, [(self.output, self.storage_options)] + (
+                [] if self.pipeline_checkpoint is None
+                else [(self.pipeline_checkpoint, self._checkpoint_options())]), recreate=False)
+            if record is not None:
+                record.begin(self.key)
         result = removal.run(executor=executor, initial_tasks=initial_tasks)
         removed = result.get_metadata("num_duplicates_removed")
         if resuming:  # the sources an earlier run completed were not counted in this one
             removed = self.num_documents - count_rows(client, self.output, self.storage_options)
         counts = {"num_duplicates_removed": int(removed or 0)}
-        self._write_record({"key": self.key, "done": True, "counts": counts})
+        if record is not None:
+            record.commit(self.key, counts)
         return {**counts, "skipped": False}, result
 
     def empty_output(self) -> None:
@@ -107,36 +112,17 @@ class RemovalStep:
         self._empty(self.output, self.storage_options)
 
     # -- the record ---------------------------------------------------------------------------
-    def _record_path(self) -> tuple[Any, str] | None:
+    def _record(self) -> PhaseRecord | None:
         if self.checkpoint is None:
             return None
-        fs, root = fsspec.core.url_to_fs(self.checkpoint, **self._checkpoint_options())
-        return fs, posixpath.join(root, RECORD)
+        return PhaseRecord(posixpath.join(self.checkpoint, RECORD), self._checkpoint_options(),
+                           phase="removal")
 
     def _checkpoint_options(self) -> dict[str, Any]:
         """The checkpoint's fsspec options: as the removal's pipeline resolves them."""
         from curator_dask.utils.storage_options import default_storage_options
 
         return dict(default_storage_options(str(self.checkpoint), None) or {})
-
-    def _record(self) -> dict[str, Any]:
-        where = self._record_path()
-        if where is None:
-            return {}
-        fs, path = where
-        try:
-            return dict(json.loads(fs.cat_file(path)))
-        except (FileNotFoundError, ValueError, TypeError):  # none, or not ours: redo
-            return {}
-
-    def _write_record(self, record: dict[str, Any]) -> None:
-        where = self._record_path()
-        if where is None:
-            return
-        fs, path = where
-        fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        data = json.dumps(record, sort_keys=True).encode()
-        write_atomic(fs, path, lambda f: f.write(data))
 
     @staticmethod
     def _empty(folder: str, storage_options: dict[str, Any]) -> None:

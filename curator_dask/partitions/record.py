@@ -1,10 +1,23 @@
-"""``partitioning_info.json``: the row-range partitions a checkpoint was made with.
+"""The partition records of a checkpoint: how its source stage cut the input into partitions.
 
-Written atomically on the first checkpointed run, before any source is processed, under
-``<checkpoint>/.curator_dask/partitioning_info.json``::
+Both are committed records (``utils/records.py``: written atomically, read with a kind and
+version check) under ``<checkpoint>/.curator_dask/``, written before any source is processed:
 
-    {"version": 1, "parameters": {"stage": ..., "type": ..., "file_paths": ...,
-                                  "file_extensions": [...], "partition": {...}},
+- ``partitioning.json`` (:class:`GroupsRecord`, whole-file groups; checked by
+  ``partitions/groups.py``), version 2. An unreadable one is written again (policy ``redo``:
+  it only guards against regrouping, and a run without it is accepted)::
+
+    {"kind": "partitioning", "version": 2, "parameters": {"stage": ..., "type": ...,
+     "files_per_partition": ..., "blocksize": ..., "file_paths": ..., ...},
+     "files": 16, "partitions": 8, "groups": {"<source id>": ["/abs/a.jsonl", ...], ...}}
+
+- ``partitioning_info.json`` (:class:`RangesRecord`, row-range partitions; settled by
+  ``partitions/resume.py``), version 1. An unreadable one is refused (policy ``refuse``:
+  the completed row ranges cannot be rebuilt without it)::
+
+    {"kind": "partitioning_info", "version": 1,
+     "parameters": {"stage": ..., "type": ..., "file_paths": ...,
+                    "file_extensions": [...], "partition": {...}},
      "num_partitions": 3, "written": 1767312000.0,
      "files": [{"path": "/in/a.jsonl", "size": 912, "format": "jsonl", "rows": 30,
                 "compressed": false, "analysis": {...}}, ...],
@@ -13,66 +26,107 @@ Written atomically on the first checkpointed run, before any source is processed
                      "pieces": [{"path": "/in/a.jsonl", "start_row": 0, "end_row": 10,
                                  "start_byte": 0, "end_byte": 304}]}, ...]}
 
-``start_row`` is included and ``end_row`` excluded; a compressed file's one piece is
-``{"path": ..., "whole_file": true}`` with ``rows`` null. :func:`plan_of` reads a record back
-into a :class:`~curator_dask.partitions.plan.PartitionPlan`, refusing one whose boundaries are
-illegal (negative, empty, overlapping, with gaps, past the end of a file, not the ids they
-name) with a ``PartitionRecordError``. See docs/partitions-inside-files.md.
+  ``start_row`` is included and ``end_row`` excluded; a compressed file's one piece is
+  ``{"path": ..., "whole_file": true}`` with ``rows`` null. :func:`plan_of` reads a record
+  back into a :class:`~curator_dask.partitions.plan.PartitionPlan`, refusing one whose
+  boundaries are illegal (negative, empty, overlapping, with gaps, past the end of a file, not
+  the ids they name) with a ``PartitionRecordError``. See docs/partitions-inside-files.md.
+
+Records written before records named their kind (no ``kind``) are read as this kind; the
+version each always held. A record of a newer version is refused (``PartitionRecordError``).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 from curator_dask.errors import PartitionRecordError
 from curator_dask.partitions.plan import InputFile, Partition, PartitionPlan, Piece
-from curator_dask.resumability.json_record import CheckpointJsonRecord
-from curator_dask.resumability.layout import PARTITION_INFO_PATH
+from curator_dask.resumability.layout import PARTITION_INFO_PATH, PARTITIONING_RECORD_PATH
+from curator_dask.utils.records import CommittedRecord, Policy
 
-VERSION = 1
+# the source stage's options either record keeps (each compares the ones it depends on)
+OPTIONS = ("files_per_partition", "blocksize", "file_paths", "file_extensions", "partition")
 
 
-class PartitionInfoFile(CheckpointJsonRecord):
-    """The record of one checkpoint, read and written through fsspec.
+class _PartitionRecord(CommittedRecord):
+    """A partition record under ``checkpoint_url``."""
+
+    relative: ClassVar[str] = ""
+    error = PartitionRecordError
+    fix = "use a new checkpoint path and a new output folder (or move the checkpoint aside)"
+
+    def __init__(self, checkpoint_url: str, storage_options: dict | None = None) -> None:
+        super().__init__(f"{checkpoint_url.rstrip('/')}/{self.relative}", storage_options)
+
+
+class GroupsRecord(_PartitionRecord):
+    """``<checkpoint>/.curator_dask/partitioning.json``: the whole-file groups.
 
     Example:
-        >>> record = PartitionInfoFile("memory://doc-partition-info")
-        >>> record.load() is None
+        >>> record = GroupsRecord("memory://doc-ckpt")
+        >>> record.read() is None
         True
-        >>> record.save({"version": VERSION, "partitions": []})
-        >>> record.load()["version"]
+        >>> record.write({"groups": {"A": ["a"]}})
+        >>> record.read()["groups"], record.read()["version"]
+        ({'A': ['a']}, 2)
+    """
+
+    kind = "partitioning"
+    version = 2  # 1: every group listed; 2: single-file groups named by their file's hash left out
+    on_unreadable: ClassVar[Policy] = "redo"
+    what = "partitioning record"
+    relative = PARTITIONING_RECORD_PATH
+
+    def problem(self, data: dict[str, Any]) -> str | None:
+        return None if isinstance(data.get("groups"), dict) else "it has no groups"
+
+
+class RangesRecord(_PartitionRecord):
+    """``<checkpoint>/.curator_dask/partitioning_info.json``: the row-range partitions.
+
+    Example:
+        >>> record = RangesRecord("memory://doc-partition-info")
+        >>> record.read() is None
+        True
+        >>> record.write({"partitions": []}); record.read()["version"]
         1
     """
 
-    def __init__(self, checkpoint_url: str, storage_options: dict | None = None) -> None:
-        super().__init__(checkpoint_url, PARTITION_INFO_PATH, storage_options)
+    kind = "partitioning_info"
+    version = 1
+    on_unreadable: ClassVar[Policy] = "refuse"
+    what = "partition record"
+    relative = PARTITION_INFO_PATH
 
-    def load(self) -> dict[str, Any] | None:
-        """The record, or ``None`` when there is none; an unreadable one is refused."""
-        try:
-            data = self.read()
-        except (OSError, ValueError) as exc:
-            msg = (f"the partition record {self.url} cannot be read ({exc}); it is kept. Restore "
-                   "it, or use a new checkpoint path and a new output folder")
-            raise PartitionRecordError(msg) from exc
-        if data is not None and not isinstance(data, dict):
-            msg = f"the partition record {self.url} is not a JSON object; it is kept"
-            raise PartitionRecordError(msg)
-        return data
 
-    save = CheckpointJsonRecord.write
+def source_parameters(stage: Any) -> dict[str, Any]:
+    """The source stage's name, class and partitioning options, as JSON reads them back (what
+    both records keep of it).
+
+    Example:
+        >>> from curator_dask.stages.file_partitioning import FilePartitioningStage
+        >>> p = source_parameters(FilePartitioningStage("in/", files_per_partition=2))
+        >>> p["stage"], p["type"], p["files_per_partition"], p["blocksize"], p["partition"]
+        ('file_partitioning', 'FilePartitioningStage', 2, None, None)
+    """
+    params = {"stage": getattr(stage, "name", None), "type": type(stage).__name__}
+    params.update({name: getattr(stage, name, None) for name in OPTIONS})
+    return json.loads(json.dumps(params, default=str))
 
 
 def _piece_dict(piece: Piece, whole: bool) -> dict[str, Any]:
     return {"path": piece.path, "whole_file": True} if whole else piece.to_dict()
 
 
-def to_record(plan: PartitionPlan, parameters: dict[str, Any]) -> dict[str, Any]:
-    """The JSON form of ``plan`` (its partitions hashed) made with ``parameters``."""
+def ranges_payload(plan: PartitionPlan, parameters: dict[str, Any]) -> dict[str, Any]:
+    """What :class:`RangesRecord` holds of ``plan`` (its partitions hashed) made with
+    ``parameters``."""
     return {
-        "version": VERSION, "parameters": parameters, "written": time.time(),
+        "parameters": parameters, "written": time.time(),
         "num_partitions": len(plan.partitions),
         "files": [{"path": f.path, "size": f.size, "format": f.format, "rows": f.rows,
                    "compressed": f.compressed, "analysis": f.analysis} for f in plan.files],
@@ -114,10 +168,12 @@ def _piece(raw: Any, url: str, index: int) -> tuple[Piece, bool]:
 def check_version(record: dict[str, Any], url: str) -> None:
     """Refuse a record this version cannot rebuild partitions from (an older one holds no row
     boundaries)."""
-    if record.get("version") != VERSION or not isinstance(record.get("partitions"), list) or (
+    if record.get("version") != RangesRecord.version or not isinstance(
+            record.get("partitions"), list) or (
             not all(isinstance(p, dict) and p.get("pieces") for p in record["partitions"])):
         msg = (f"the partition record {url} is of version {record.get('version')!r} and holds no "
-               f"row boundaries that this version ({VERSION}) can rebuild the partitions from. "
+               f"row boundaries that this version ({RangesRecord.version}) can rebuild the "
+               "partitions from. "
                "It is kept, and nothing was processed; use a new checkpoint path and a new "
                "output folder (or move the checkpoint aside) to start again")
         raise PartitionRecordError(msg)

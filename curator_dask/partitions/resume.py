@@ -21,7 +21,6 @@ Nothing here deletes or rewrites a record that is refused. See docs/partitions-i
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -36,30 +35,21 @@ from curator_dask.partitions.plan import (
     parallel,
     plan_partitions,
 )
-from curator_dask.partitions.record import PartitionInfoFile, check_version, plan_of, to_record
+from curator_dask.partitions.record import (
+    RangesRecord,
+    check_version,
+    plan_of,
+    ranges_payload,
+    source_parameters,
+)
 from curator_dask.partitions.spec import PartitionSpec
 
 logger = logging.getLogger(__name__)
 
-PARAMETERS = ("type", "stage", "file_paths", "file_extensions", "partition")
+RANGE_PARAMETERS = ("type", "stage", "file_paths", "file_extensions", "partition")
 _SHOWN = 3
 _FIX = ("Nothing was processed and nothing was deleted. Restore the input (and parameters) the "
         "checkpoint was made with, or use a new checkpoint path and a new output folder")
-
-
-def source_parameters(stage: Any) -> dict[str, Any]:
-    """What the record keeps of the source stage, as JSON reads it back.
-
-    Example:
-        >>> from curator_dask.stages.file_partitioning import FilePartitioningStage
-        >>> stage = FilePartitioningStage("in/", partition={"mode": "manual",
-        ...                                                 "num_of_partitions": 2})
-        >>> source_parameters(stage)["partition"]
-        {'mode': 'manual', 'num_of_partitions': 2}
-    """
-    params = {"stage": stage.name, "type": type(stage).__name__, "file_paths": stage.file_paths,
-              "file_extensions": stage.file_extensions, "partition": stage.partition}
-    return json.loads(json.dumps(params, default=str))
 
 
 def completed_ids(checkpoint_url: str, storage_options: dict | None) -> set[str]:
@@ -78,13 +68,14 @@ def settle(stage: Any, records: list[tuple[str, int]], checkpoint_url: str,
            storage_options: dict | None, *, strict: bool) -> PartitionPlan | None:
     """The partitions of ``stage`` over the listing ``records`` in a checkpointed run (see the
     module docstring); ``None`` for a stage of whole-file partitions. ``strict``: a resume."""
-    file = PartitionInfoFile(checkpoint_url, storage_options)
-    saved = file.load()
+    file = RangesRecord(checkpoint_url, storage_options)
+    saved = file.read()
     params = source_parameters(stage)
     spec = PartitionSpec.coerce(stage.partition)
     if saved is not None:
         check_version(saved, file.url)
-        changed = [n for n in PARAMETERS if (saved.get("parameters") or {}).get(n) != params[n]]
+        old = saved.get("parameters") or {}
+        changed = [n for n in RANGE_PARAMETERS if old.get(n) != params[n]]
         if changed:
             _refuse_if_completed(saved, params, changed, file.url, checkpoint_url,
                                  storage_options)
@@ -95,7 +86,7 @@ def settle(stage: Any, records: list[tuple[str, int]], checkpoint_url: str,
         done = completed_ids(checkpoint_url, storage_options)
         _refuse_without_record(records, done, file.url, strict)
         plan = plan_partitions(records, spec, storage_options, hashing=True)
-        file.save(to_record(plan, params))
+        file.write(ranges_payload(plan, params))
         return plan
     plan = plan_of(saved, file.url)
     verify(plan, records, storage_options, checkpoint_url)
@@ -109,7 +100,7 @@ def settle(stage: Any, records: list[tuple[str, int]], checkpoint_url: str,
             raise PartitionRecordError(msg)
         more = plan_partitions(added, spec, storage_options, hashing=True)
         plan = PartitionPlan(plan.files + more.files, plan.partitions + more.partitions)
-        file.save(to_record(plan, params))
+        file.write(ranges_payload(plan, params))
     return plan
 
 

@@ -88,8 +88,8 @@ class CompletionClient:
 
     def check_partitioning(self, source_stage: Any, sources: list[Task]) -> None:
         """Refuse sources that regroup files of completed partitions; record the partitioning
-        (``resumability/partitioning.py``). Give it every source, before a shard filter."""
-        from curator_dask.resumability.partitioning import check_partitioning
+        (``partitions/groups.py``). Give it every source, before a shard filter."""
+        from curator_dask.partitions.groups import check_partitioning
 
         check_partitioning(source_stage, sources, self.completed_source_ids,
                            self.checkpoint_url, self.storage_options)

@@ -14,7 +14,7 @@ fingerprints and the SLURM array files::
         .curator_dask/                          # this project's additions
             stage_checkpoints/<entry>/          # see resumability/stage_checkpoints
             input_fingerprints/<host>-<pid>-<run>.json
-            partitioning.json                   # the source stage's partitioning (partitioning.py)
+            partitioning.json                   # whole-file groups (partitions/record.py)
             partitioning_info.json              # row-range partitions (partitions/record.py)
 
 The names under ``.nemo_curator_metadata`` must not change: NeMo Curator's ``retry`` tools read

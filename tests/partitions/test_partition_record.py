@@ -197,6 +197,37 @@ def test_an_older_record_without_boundaries_is_refused_and_kept(tmp_path, strict
     assert snapshot(ckpt) == before
 
 
+def test_a_record_of_the_previous_version_without_kind_is_resumed_from(tmp_path):
+    """Checkpoints written before records named their kind hold no ``kind`` field."""
+    data, ckpt = make_input(tmp_path / "in"), tmp_path / "ckpt"
+    tasks = run(data, ckpt)
+    rec = record_of(ckpt)
+    assert rec["kind"] == "partitioning_info"
+    del rec["kind"]
+    (ckpt / PARTITION_INFO_PATH).write_text(json.dumps(rec))
+    complete(ckpt, [tasks[0].get_deterministic_id()])
+    again = run(data, ckpt, strict=True)
+    assert [t.pieces for t in again] == [t.pieces for t in tasks]
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    (json.dumps({"kind": "partitioning_info", "version": 2, "partitions": []}),
+     r"is of version 2, newer than this curator_dask reads \(up to 1\).*run that newer "
+     r"curator_dask, or use a new checkpoint path and a new output folder"),
+    ('{"version": 1, "partitions": [{"id": ', r"cannot be used: it is not valid JSON"),
+    (json.dumps({"kind": "partitioning", "version": 1, "groups": {}}),
+     r"is a record of kind 'partitioning', not the partition record"),
+], ids=["newer", "torn", "foreign"])
+def test_a_newer_torn_or_foreign_record_is_refused_and_kept(tmp_path, text, error):
+    data, ckpt = make_input(tmp_path / "in"), tmp_path / "ckpt"
+    (ckpt / PARTITION_INFO_PATH).parent.mkdir(parents=True)
+    (ckpt / PARTITION_INFO_PATH).write_text(text)
+    before = snapshot(ckpt)
+    with pytest.raises(PartitionRecordError, match=error):
+        run(data, ckpt)
+    assert snapshot(ckpt) == before
+
+
 def test_other_parameters_are_refused_when_partitions_are_complete(tmp_path):
     data, ckpt = make_input(tmp_path / "in"), tmp_path / "ckpt"
     run(data, ckpt)

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from curator_dask import JsonlReader, JsonlWriter, Pipeline
-from curator_dask.errors import PartitioningChangedError
-from curator_dask.resumability.layout import PARTITIONING_RECORD_PATH
-from curator_dask.resumability.partitioning import (
-    PartitioningRecord,
+from curator_dask.errors import PartitioningChangedError, PartitionRecordError
+from curator_dask.partitions.groups import (
     check_partitioning,
     find_regrouped,
     merged_groups,
     single_file_id,
 )
+from curator_dask.partitions.record import GroupsRecord
+from curator_dask.resumability.layout import PARTITIONING_RECORD_PATH
 from curator_dask.sample_data import generate_jsonl
 from curator_dask.stages.file_partitioning import FilePartitioningStage
 from tests.helpers import completed_ids
@@ -79,7 +79,7 @@ def test_record_on_an_object_store(tmp_path):
     url = f"memory://{tmp_path.name}/ckpt"
     stage = FilePartitioningStage(file_paths="in/", files_per_partition=1)
     check(url, stage, [("/in/a",), ("/in/b",)], set())
-    record = PartitioningRecord(url).load()
+    record = GroupsRecord(url).read()
     assert record["parameters"]["files_per_partition"] == 1
     assert record["files"] == 2 and record["partitions"] == 2
     assert record["groups"] == {}  # single-file partitions named by their file's hash: implied
@@ -87,17 +87,17 @@ def test_record_on_an_object_store(tmp_path):
     two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
     with pytest.raises(PartitioningChangedError, match="files_per_partition was 1, now 2"):
         check(url, two, [("/in/a", "/in/b")], completed)
-    assert PartitioningRecord(url).load() == record  # a refused run leaves the record alone
+    assert GroupsRecord(url).read() == record  # a refused run leaves the record alone
 
 
 def test_removed_files_are_accepted_unless_they_shift_completed_groups(tmp_path):
     one = FilePartitioningStage(file_paths="in/")
     check(str(tmp_path / "c1"), one, [("a",), ("b",), ("c",)], set())
-    done = set(PartitioningRecord(str(tmp_path / "c1")).load()["groups"])
+    done = set(GroupsRecord(str(tmp_path / "c1")).read()["groups"])
     check(str(tmp_path / "c1"), one, [("a",), ("c",)], done)  # accepted
     two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
     check(str(tmp_path / "c2"), two, [("a", "b"), ("c", "d")], set())
-    done = set(PartitioningRecord(str(tmp_path / "c2")).load()["groups"])
+    done = set(GroupsRecord(str(tmp_path / "c2")).read()["groups"])
     with pytest.raises(PartitioningChangedError, match=r"\(0 files added; 1 file of the record "
                        r"not in this run's input\)\. 3 input files of completed") as err:
         check(str(tmp_path / "c2"), two, [("b", "c"), ("d",)], done)
@@ -117,6 +117,18 @@ def test_unreadable_record_is_replaced_with_a_warning(tmp_path, caplog):
     assert json.loads(path.read_text())["files"] == 1
 
 
+def test_a_record_of_a_newer_version_is_refused_and_kept(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    path = ckpt / PARTITIONING_RECORD_PATH
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"kind": "partitioning", "version": 3, "groups": {}}))
+    stage = FilePartitioningStage(file_paths="in/")
+    with pytest.raises(PartitionRecordError, match=r"partitioning record .* is of version 3, "
+                       r"newer than this curator_dask reads \(up to 2\)"):
+        check(str(ckpt), stage, [("/in/a",)], set())
+    assert json.loads(path.read_text())["version"] == 3
+
+
 def test_sources_that_are_not_file_groups_leave_no_record(tmp_path):
     from curator_dask.tasks import EmptyTask
 
@@ -130,7 +142,7 @@ def test_record_leaves_out_single_file_partitions_named_by_their_hash(tmp_path):
     """At 10^6 files a record of every group is ~100 MB; one file per partition records none."""
     two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
     check(str(tmp_path), two, [("/in/a", "/in/b"), ("/in/c",)], set())
-    record = PartitioningRecord(str(tmp_path)).load()
+    record = GroupsRecord(str(tmp_path)).read()
     assert record["version"] == 2 and record["files"] == 3 and record["partitions"] == 2
     assert list(record["groups"].values()) == [["/in/a", "/in/b"]]
     many = [(f"/in/{i:06d}.jsonl",) for i in range(20_000)]
@@ -156,14 +168,16 @@ def test_implied_single_file_partitions_are_still_checked(tmp_path):
 def test_a_version_1_record_is_read_and_rewritten_compact(tmp_path):
     """Records written before single-file partitions were left out name every group."""
     a, b = single_file_id("/in/a"), single_file_id("/in/b")
-    PartitioningRecord(str(tmp_path)).save({
+    path = tmp_path / PARTITIONING_RECORD_PATH  # as curator_dask wrote it: no "kind"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
         "version": 1, "parameters": {}, "files": 3, "partitions": 2,
-        "groups": {a: ["/in/a"], b: ["/in/b"], "AB": ["/in/x", "/in/y"]}})
+        "groups": {a: ["/in/a"], b: ["/in/b"], "AB": ["/in/x", "/in/y"]}}))
     two = FilePartitioningStage(file_paths="in/", files_per_partition=2)
     with pytest.raises(PartitioningChangedError, match="2 input files of completed"):
         check(str(tmp_path), two, [("/in/a", "/in/b")], {a, b})
     check(str(tmp_path), FilePartitioningStage(file_paths="in/"), [("/in/a",)], {a, b})
-    record = PartitioningRecord(str(tmp_path)).load()
+    record = GroupsRecord(str(tmp_path)).read()
     assert record["version"] == 2
     assert record["groups"] == {"AB": ["/in/x", "/in/y"]}  # /in/b: implied, like /in/a
 

@@ -51,7 +51,7 @@ def failing_shard(input_dir: Path, total: int) -> int:
     """Shard 2, or the first shard that gets a source: which shard a file's source falls in
     depends on its absolute path (its id "0_<hash of the path>", docs/design/contract.md §5.4),
     so under some temporary folders shard 2 gets none and could not fail."""
-    from curator_dask.resumability.partitioning import single_file_id
+    from curator_dask.partitions.groups import single_file_id
     from curator_dask.slurm.array import shard_for_task
 
     used = {shard_for_task(f"0_{single_file_id(str(p))}", total)

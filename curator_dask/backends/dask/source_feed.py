@@ -223,7 +223,7 @@ def feed_or_list(lazy: Iterator[Any], why: str | None, *,
     """
     first: list[Any] = []
     if why is None and completed is not None:
-        from curator_dask.resumability.partitioning import file_groups
+        from curator_dask.partitions.groups import file_groups
 
         first = list(itertools.islice(lazy, CHECK_BLOCK))
         if file_groups(first):

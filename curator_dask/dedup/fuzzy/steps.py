@@ -1,5 +1,5 @@
 """One run of the fuzzy workflow: its phases in order, each skipped when committed (with
-``checkpoint_path=``) or redone from scratch and committed (:mod:`.commits`)."""
+``checkpoint_path=``) or redone from scratch and committed (``dedup/commits.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from curator_dask.dedup.fuzzy.commits import phase_key
+from curator_dask.dedup.commits import phase_key
 from curator_dask.dedup.fuzzy.components import (
     CC_DIR,
     DUPLICATE_IDS_DIR,
@@ -91,15 +91,12 @@ class FuzzyRun:
         """Skip ``name`` if committed with this key (resuming), else redo and commit it."""
         key = phase_key(name, self.params[name], self.upstream)
         start = time.time()
-        counts = self.commits.done(name, key)
-        if counts is None:
-            self.commits.begin(name, directories)
-            counts = work()
-            self.commits.commit(name, key, counts)
-            logger.info("fuzzy phase %s done in %.2f s: %s", name, time.time() - start, counts)
-        else:
+        counts, skipped = self.commits.run(name, key, directories, work)
+        if skipped:
             self.skipped.append(name)
             logger.info("fuzzy phase %s committed by an earlier run: skipped", name)
+        else:
+            logger.info("fuzzy phase %s done in %.2f s: %s", name, time.time() - start, counts)
         self.upstream = key
         self.times[name] = time.time() - start
         return counts

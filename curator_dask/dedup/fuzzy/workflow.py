@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from curator_dask.dedup.admission import check_workers_reach, hold_executor
 from curator_dask.dedup.cache_lock import CacheLock
-from curator_dask.dedup.fuzzy.commits import PhaseCommits, phase_key
+from curator_dask.dedup.commits import PhaseCommits, phase_key
 from curator_dask.dedup.fuzzy.components import CC_DIR, DUPLICATE_IDS_DIR
 from curator_dask.dedup.fuzzy.lsh import EDGES_DIR, LSH_DIR
 from curator_dask.dedup.fuzzy.minhash import MinHashSignature

@@ -7,6 +7,13 @@ written last and atomically, ``manifest.json`` with rows, schemas, sizes and dig
 chain and input fingerprints, and the completion deltas the chain emitted for the source. An
 entry whose manifest is missing or does not verify raises :class:`CheckpointUnusable`.
 
+The manifest is not a committed record (``utils/records.py``), on purpose: an entry is a cache
+of outputs that can be computed again, written by the thousands on the workers, and whatever is
+wrong with it (missing, torn, another ``format_version`` newer or older, a file that does not
+match its digest) makes it unusable and the source is computed again; a record's policy would
+refuse a newer version and stop the run. Its write is the same atomic commit
+(``write_atomic``, last), its version check the one line in ``_manifest``.
+
 Layout (flat, so one listing finds everything)::
 
     <checkpoint>/.curator_dask/stage_checkpoints/<source id>--<stage index:03d>-<chain fp>/

@@ -1,4 +1,4 @@
-"""The partitioning record: refuse a run that groups completed input files differently.
+"""Whole-file groups: refuse a run that groups completed input files differently.
 
 A source id hashes the paths of its partition's files (``docs/design/contract.md §1.4``), so
 another ``files_per_partition``, ``blocksize`` or file list (a changed glob, a file added in
@@ -8,11 +8,9 @@ document of theirs is written twice (the old output files are kept, the new ones
 names).
 
 Each checkpointed run with file-group sources therefore records, next to the completion
-store, how its source stage grouped which files::
-
-    <checkpoint>/.curator_dask/partitioning.json
-    {"version": 2, "parameters": {"stage": ..., "files_per_partition": ..., ...},
-     "files": 16, "partitions": 8, "groups": {"<source id>": ["/abs/a.jsonl", ...], ...}}
+store, how its source stage grouped which files:
+``<checkpoint>/.curator_dask/partitioning.json`` (``GroupsRecord``, ``partitions/record.py``;
+row-range partitions have a record of their own, checked by ``partitions/resume.py``).
 
 ``groups`` leaves out the partitions of one file whose source id is the hash of that file
 (``get_deterministic_hash([path])``, a ``FileGroupTask``'s own id): with one file per
@@ -25,29 +23,24 @@ in ``groups`` under another id, or a file of a new partition of several files wh
 single-file id is complete. Added files that form partitions of their own (always the case
 with one file per partition), removed files, and changed parameters that keep every completed
 group intact are accepted. A checkpoint without the record (an older one, or one NeMo Curator
-wrote) is accepted and the record is written. Groups of files missing from a run are kept in the
-record, so a file that comes back is still checked. A version 1 record (every group listed)
-is read the same way and rewritten compact. NeMo Curator reads only ``*.mdb`` files
-in ``.nemo_curator_metadata``, so the record does not affect interchange.
+wrote) is accepted and the record is written, as is one that cannot be read (a warning).
+Groups of files missing from a run are kept in the record, so a file that comes back is still
+checked. A version 1 record (every group listed) is read the same way and rewritten compact.
+NeMo Curator reads only ``*.mdb`` files in ``.nemo_curator_metadata``, so the record does not
+affect interchange.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from curator_dask.errors import PartitioningChangedError
-from curator_dask.resumability.json_record import CheckpointJsonRecord
-from curator_dask.resumability.layout import PARTITIONING_RECORD_PATH
+from curator_dask.partitions.record import GroupsRecord, source_parameters
 
-logger = logging.getLogger(__name__)
-
-VERSION = 2
-PARAMETERS = ("files_per_partition", "blocksize", "file_paths", "file_extensions")
+GROUPING_OPTIONS = ("files_per_partition", "blocksize", "file_paths", "file_extensions")
 _SHOWN = 3
 
 
@@ -60,20 +53,6 @@ class Regrouped:
     old_files: int
     new: str
     new_files: int
-
-
-def source_parameters(stage: Any) -> dict[str, Any]:
-    """The source stage's name, class and partitioning options, as JSON would read them back.
-
-    Example:
-        >>> from curator_dask.stages.file_partitioning import FilePartitioningStage
-        >>> p = source_parameters(FilePartitioningStage("in/", files_per_partition=2))
-        >>> p["stage"], p["type"], p["files_per_partition"], p["blocksize"]
-        ('file_partitioning', 'FilePartitioningStage', 2, None)
-    """
-    params = {"stage": getattr(stage, "name", None), "type": type(stage).__name__}
-    params.update({name: getattr(stage, name, None) for name in PARAMETERS})
-    return json.loads(json.dumps(params, default=str))
 
 
 def file_groups(sources: Sequence[Any]) -> dict[str, list[str]]:
@@ -117,7 +96,8 @@ def _own_id_types(sources: Sequence[Any], groups: dict[str, list[str]]) -> set[t
     return found
 
 
-def to_record(sources: Sequence[Any], groups: dict[str, list[str]]) -> dict[str, list[str]]:
+def compact_groups(sources: Sequence[Any], groups: dict[str, list[str]]
+                   ) -> dict[str, list[str]]:
     """``groups`` less the single-file partitions whose id is their file's own hash."""
     own = _own_id_types(sources, groups)
     kept = (t.get_source_id() for t in sources if not (type(t) in own and len(t.data) == 1))
@@ -173,42 +153,6 @@ def merged_groups(old: dict[str, list[str]], new: dict[str, list[str]],
     return merged
 
 
-class PartitioningRecord(CheckpointJsonRecord):
-    """``<checkpoint>/.curator_dask/partitioning.json``, read and written through fsspec.
-
-    Example:
-        >>> record = PartitioningRecord("memory://doc-ckpt")
-        >>> record.load() is None
-        True
-        >>> record.save({"version": 1, "groups": {"A": ["a"]}})
-        >>> record.load()["groups"]
-        {'A': ['a']}
-    """
-
-    sort_keys = True
-
-    def __init__(self, checkpoint_url: str, storage_options: dict | None = None) -> None:
-        super().__init__(checkpoint_url, PARTITIONING_RECORD_PATH, storage_options)
-
-    def load(self) -> dict[str, Any] | None:
-        """The record, or ``None`` when there is none (or it cannot be read: a warning)."""
-        try:
-            data = self.read()
-        except (OSError, ValueError) as exc:
-            logger.warning("partitioning record %s is unreadable (%s); it is written again",
-                           self.url, exc)
-            return None
-        if data is None:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
-            logger.warning("partitioning record %s has no groups; it is written again",
-                           self.url)
-            return None
-        return data
-
-    save = CheckpointJsonRecord.write
-
-
 def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any,
                        checkpoint_url: str, storage_options: dict | None = None) -> None:
     """Refuse a run that regroups files of completed partitions; record its partitioning.
@@ -220,8 +164,8 @@ def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any
     groups = file_groups(sources)
     if not groups:
         return
-    record = PartitioningRecord(checkpoint_url, storage_options)
-    old = record.load()
+    record = GroupsRecord(checkpoint_url, storage_options)
+    old = record.read()
     params = source_parameters(source_stage)
     old_groups = old["groups"] if old is not None else {}
     regrouped = find_regrouped(old_groups, groups, completed, implied=old is not None)
@@ -229,16 +173,16 @@ def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any
         raise PartitioningChangedError(
             describe(old or {}, params, groups, regrouped, checkpoint_url))
     seen = set(owners(groups))
-    merged = merged_groups(old_groups, to_record(sources, groups), seen)
-    new = {"version": VERSION, "parameters": params, "files": len(seen),
+    merged = merged_groups(old_groups, compact_groups(sources, groups), seen)
+    new = {"version": GroupsRecord.version, "parameters": params, "files": len(seen),
            "partitions": len(groups), "groups": merged}
     if old is not None and all(old.get(k) == v for k, v in new.items()):
         return
-    record.save({**new, "written": time.time()})
+    record.write({**new, "written": time.time()})
 
 
 def _changed_parameters(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [name for name in ("type", "stage", *PARAMETERS)
+    return [name for name in ("type", "stage", *GROUPING_OPTIONS)
             if name in old and old.get(name) != new.get(name)]
 
 
@@ -257,7 +201,7 @@ def describe(old: dict[str, Any], params: dict[str, Any], groups: dict[str, list
     """The refusal: what changed (old and new values), which files, and the two fixes."""
     old_params = old.get("parameters") or {}
     changed = _changed_parameters(old_params, params)
-    options = [n for n in changed if n in PARAMETERS]
+    options = [n for n in changed if n in GROUPING_OPTIONS]
     what = [", ".join(f"{n} was {old_params.get(n)!r}, now {params.get(n)!r}"
                       for n in changed)] if changed else []
     fixes = [f"run with {', '.join(f'{n}={old_params.get(n)!r}' for n in options)} again, as "
