@@ -35,4 +35,5 @@ def class_named(obj: object, *names: str) -> bool:
         >>> class_named(Mine(), "FileGroupTask")
         True
     """
-    return not class_names(type(obj)).isdisjoint(names)
+    cls: type = type(obj)  # `type`: mypy takes type[object] for unhashable (mypy#20409)
+    return not class_names(cls).isdisjoint(names)

@@ -85,22 +85,26 @@ def class_names(cls: type) -> frozenset[str]:
 
 def is_none_task(task: object) -> bool:
     """True for a ``NoneTask`` of this package or of ``nemo_curator`` (matched by class name)."""
-    return "NoneTask" in class_names(type(task))
+    cls: type = type(task)  # `type`: mypy takes type[object] for unhashable (mypy#20409)
+    return "NoneTask" in class_names(cls)
 
 
 def is_failed_task(task: object) -> bool:
     """True for a ``FailedTask`` of this package or of ``nemo_curator``."""
-    return "FailedTask" in class_names(type(task))
+    cls: type = type(task)  # `type`: mypy takes type[object] for unhashable (mypy#20409)
+    return "FailedTask" in class_names(cls)
 
 
 def is_empty_task(task: object) -> bool:
     """True for an ``EmptyTask`` of this package or of ``nemo_curator``."""
-    return "EmptyTask" in class_names(type(task))
+    cls: type = type(task)  # `type`: mypy takes type[object] for unhashable (mypy#20409)
+    return "EmptyTask" in class_names(cls)
 
 
 def is_sentinel(task: object) -> bool:
     """True for any sentinel task (``SentinelTask`` and its subclasses, either package)."""
-    return not SENTINEL_NAMES.isdisjoint(class_names(type(task)))
+    cls: type = type(task)  # `type`: mypy takes type[object] for unhashable (mypy#20409)
+    return not SENTINEL_NAMES.isdisjoint(class_names(cls))
 
 
 def assign_root_task_ids(initial_tasks: Sequence[Task]) -> None:

@@ -30,6 +30,13 @@ __all__ = ["BaseExecutor", "NodeInfo", "NullObserver", "RunEnd", "RunObserver", 
            "WorkerMetadata", "check_max_concurrent_partitions"]
 
 
+def _no_stage_checkpoints() -> StageCheckpoints:
+    # imported on first use: importing this module loads no checkpoint code
+    from curator_dask.resumability.stage_checkpoints import StageCheckpoints
+
+    return StageCheckpoints()
+
+
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """What one run asks of its executor, validated once by :meth:`build`.
@@ -63,7 +70,8 @@ class RunOptions:
 
     checkpoint_path: str | None = None
     checkpoint_storage_options: dict | None = None
-    stage_checkpoints: StageCheckpoints | None = None
+    stage_checkpoints: StageCheckpoints = dataclasses.field(
+        default_factory=_no_stage_checkpoints)
     verify_inputs: str = "off"
     on_input_change: str = "reprocess"
     slurm_array: SlurmArrayConfig | None = None
@@ -75,10 +83,8 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         check_max_concurrent_partitions(self.max_concurrent_partitions)
-        if self.stage_checkpoints is None:
-            from curator_dask.resumability.stage_checkpoints import StageCheckpoints
-
-            object.__setattr__(self, "stage_checkpoints", StageCheckpoints())
+        if self.stage_checkpoints is None:  # given as None: the default (disabled)
+            object.__setattr__(self, "stage_checkpoints", _no_stage_checkpoints())
 
     @classmethod
     def build(

@@ -228,7 +228,7 @@ def _status_all(work_dir: str, *, all_jobs: bool, as_json: bool, watch: bool,
     from curator_dask.jobs.index import index_path, job_rows
     from curator_dask.jobs.status import JobList
 
-    def shown() -> object:
+    def shown() -> JobList | str:
         rows, hidden = job_rows(work_dir, all_jobs=all_jobs)
         listing = JobList(rows, hidden=hidden, work_dir=work_dir, index=index_path(), prog=PROG)
         if as_json:

@@ -294,9 +294,9 @@ def _where(exc: BaseException, path: str | None) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not f.filename.startswith("<frozen ")]
     own = [f for f in frames if path and os.path.realpath(f.filename) == os.path.realpath(path)]
-    frame = (own or frames or [None])[-1]
-    if frame is None:
+    if not own and not frames:
         return path or "?"
+    frame = (own or frames)[-1]
     where = f"{frame.filename if not own else path}, line {frame.lineno}"
     if own and frames[-1] is not own[-1]:  # raised further in, e.g. in a module it imports
         where += f" (raised in {frames[-1].filename}, line {frames[-1].lineno})"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from curator_dask.cli import checkpoint, dedup, jobs, run_command, slurm
 from curator_dask.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PROG, UsageError
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 class _Version(argparse.Action):
     """``--version``: the versions, looked up only when asked (no import of Dask)."""
 
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object

@@ -190,7 +190,8 @@ def _partition(spec: dict, source: str) -> tuple[dict[str, Any] | None, int | st
                f"mode: {other}")
         raise PipelineDefinitionError(msg)
     try:
-        return PartitionSpec.coerce(section).to_dict(), concurrency
+        partition = PartitionSpec.coerce(section)  # a dict given: never None
+        return (None if partition is None else partition.to_dict()), concurrency
     except (TypeError, ValueError) as exc:
         raise PipelineDefinitionError(f"{source}: partition: {exc}") from None
 

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from curator_dask.cli.common import EXIT_OK, PROG, UsageError, add_hidden_verbose
 from curator_dask.cli.run_command import add_allow_target_module
+
+if TYPE_CHECKING:
+    from curator_dask.slurm.sbatch import ArrayJobSpec
+
+
+class _Shards(TypedDict, total=False):
+    """The array and shard layout of an ``ArrayJobSpec`` (its other fields are options)."""
+
+    array: str
+    total_shards: int | None
+    shard_index_offset: int
+    minimum_shard_index: int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,7 +106,8 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     add_allow_target_module(p)  # passed on to each array task's `run`
 
 
-def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int, **shards: object):
+def _job_spec(args: argparse.Namespace, pipeline: str, cpus_per_task: int,
+              **shards: Unpack[_Shards]) -> ArrayJobSpec:
     """The validated ``ArrayJobSpec`` of the job options (``ValueError`` names a bad one)."""
     import os
 
@@ -175,7 +189,7 @@ def _fitted_cpus(args: argparse.Namespace, command: str) -> int:
     return cpus
 
 
-def _check_with_sbatch(args: argparse.Namespace, spec) -> None:
+def _check_with_sbatch(args: argparse.Namespace, spec: ArrayJobSpec) -> None:
     """``sbatch --test-only`` on the rendered script (nothing is queued); its refusal is a
     usage error naming the request."""
     from curator_dask.slurm.partition import sbatch_test_only
@@ -255,9 +269,9 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
     from curator_dask.slurm.partition import DEFAULT_CPUS_PER_TASK
     from curator_dask.slurm.sbatch import render_array_script, submit_script
 
-    shards = {"array": args.array, "total_shards": args.total_shards,
-              "shard_index_offset": args.shard_index_offset,
-              "minimum_shard_index": args.minimum_shard_index}
+    shards: _Shards = {"array": args.array, "total_shards": args.total_shards,
+                       "shard_index_offset": args.shard_index_offset,
+                       "minimum_shard_index": args.minimum_shard_index}
     cpus = DEFAULT_CPUS_PER_TASK if args.cpus_per_task is None else args.cpus_per_task
     try:
         spec = _job_spec(args, args.pipeline, cpus, **shards)
@@ -279,7 +293,7 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def retry_command(spec, args: argparse.Namespace) -> str:
+def retry_command(spec: ArrayJobSpec, args: argparse.Namespace) -> str:
     """The command that resubmits the shards of ``spec``'s array run that did not complete,
     with the job options (:func:`add_job_options`) given to this command that are not at
     their defaults.
@@ -315,7 +329,7 @@ def retry_command(spec, args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-def follow_hint(command: str, job_id: str, spec, args: argparse.Namespace) -> str:
+def follow_hint(command: str, job_id: str, spec: ArrayJobSpec, args: argparse.Namespace) -> str:
     """What ``slurm submit`` (and ``retry --submit``) says on stderr after the job id: where
     each array task logs, how to follow the job, and how to retry the shards that fail.
 

@@ -102,10 +102,11 @@ class IdGeneratorBase:
     def get_batch_range(self, files: str | list[str] | None,
                         key: str | None = None) -> tuple[int, int]:
         """``(min_id, max_id)`` (inclusive) of a registered group, by its files or its key."""
-        if (files is None) == (key is None):
+        if files is not None and key is None:
+            key = self.hash_files(files)
+        elif files is not None or key is None:
             msg = "Either files or key must be provided"  # NeMo's message
             raise ValueError(msg)
-        key = self.hash_files(files) if files is not None else key
         found = self.batch_registry.get(key)
         if found is None:
             what = f"files {files!r}" if files is not None else f"key {key!r}"
@@ -166,7 +167,7 @@ class IdGeneratorBase:
         return (self.next_id == other.next_id
                 and list(self.batch_registry.items()) == list(other.batch_registry.items()))
 
-    __hash__ = None  # type: ignore[assignment]  (mutable)
+    __hash__ = None  # type: ignore[assignment]  # mutable, so unhashable; typeshed: a method
 
     def __repr__(self) -> str:
         return f"IdGeneratorBase(next_id={self.next_id}, batches={len(self.batch_registry)})"

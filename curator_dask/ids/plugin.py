@@ -121,6 +121,8 @@ class IdGeneratorPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     """
 
     _remade: ClassVar[dict[str, Any]] = {"_lock": threading.Lock, "_save_lock": threading.Lock}
+    _lock: threading.Lock
+    _save_lock: threading.Lock
 
     def __init__(self, run_id: str, state: dict[str, Any], *,
                  checkpoint_file: str | None = None, storage_options: dict | None = None,
@@ -128,7 +130,7 @@ class IdGeneratorPlugin(RemadeWhenUnpickled, SchedulerPlugin):
         self.run_id = run_id
         self.name = plugin_name(run_id)
         self.token = run_token(run_id)
-        self.state = state
+        self.state: dict[str, Any] | None = state  # the generator's, until ``start``
         self.checkpoint_file = checkpoint_file
         self.storage_options = dict(storage_options or {})
         self.owner = owner
@@ -143,6 +145,10 @@ class IdGeneratorPlugin(RemadeWhenUnpickled, SchedulerPlugin):
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        if self.state is None:
+            msg = (f"the id generator plugin {self.name} was started twice; register a new "
+                   "IdGeneratorPlugin for each start")
+            raise RuntimeError(msg)
         self.generator = from_wire(self.state)
         self.state = None  # the generator holds it now
         self._saved = self._version()
@@ -150,17 +156,25 @@ class IdGeneratorPlugin(RemadeWhenUnpickled, SchedulerPlugin):
         scheduler.handlers[HANDLER] = shared_handler(scheduler)
         scheduler.handlers[close_handler_name(self.run_id)] = self.close_handler
 
+    def _started(self) -> IdGeneratorBase:
+        if self.generator is None:
+            msg = (f"the id generator plugin {self.name} was asked before its start on the "
+                   "scheduler: register it with client.register_plugin first")
+            raise RuntimeError(msg)
+        return self.generator
+
     def _version(self) -> tuple[int, int]:
         # Registrations only add: (next id, number of groups) changes with each of them.
-        return self.generator.next_id, len(self.generator.batch_registry)
+        generator = self._started()
+        return generator.next_id, len(generator.batch_registry)
 
     def handle(self, action: str, **kwargs: Any) -> Any:
         with self._lock:
-            return serve(self.generator, action, **kwargs)
+            return serve(self._started(), action, **kwargs)
 
     def snapshot(self) -> IdGeneratorBase:
         with self._lock:
-            return self.generator.copy()
+            return self._started().copy()
 
     # -- the checkpoint ----------------------------------------------------------------------
     def save_before_completions(self, run_id: str) -> None:
@@ -177,7 +191,7 @@ class IdGeneratorPlugin(RemadeWhenUnpickled, SchedulerPlugin):
                 version = self._version()
                 if version == self._saved:
                     return
-                snapshot = self.generator.copy()
+                snapshot = self._started().copy()
             snapshot.to_disk(self.checkpoint_file, self.storage_options)
             self._saved = version
 

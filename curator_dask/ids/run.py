@@ -148,7 +148,8 @@ class RunIdRegistry:
                 _Driver.holder = None
             raise
         self.client = client
-        if saved is not None and start == saved and saved.batch_registry:
+        if (self.checkpoint is not None and saved is not None and start == saved
+                and saved.batch_registry):
             logger.info("ids: %d file groups restored from %s", len(saved.batch_registry),
                         checkpoint_file(self.checkpoint))
 

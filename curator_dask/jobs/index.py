@@ -184,7 +184,8 @@ class JobNotFoundError(FileNotFoundError, CuratorDaskError):
             f"no job {job!r} in {work_dir} or in the job index {index}: give work_dir= the "
             "folder the job ran in (or the job's folder itself)"))
 
-    def __reduce__(self):  # pickle rebuilds from __init__'s arguments, not the message alone
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle rebuilds from __init__'s arguments, not the message alone
         return (type(self), (self.job, self.work_dir, self.index, str(self)))
 
 
@@ -196,7 +197,7 @@ class AmbiguousJobError(ValueError, CuratorDaskError):
         super().__init__(f"job {job!r} is in several folders: {', '.join(folders)}; give "
                          "work_dir= the folder above the job's")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.job, self.folders))
 
 

@@ -38,7 +38,8 @@ def _figure(title: str, x_label: str, y_label: str) -> Any:
 def _finish(fig: Any, attempts: list[Attempt]) -> Any:
     """The legend beside the plot (clicking an entry hides its line), and the attempts'
     starts as dashed lines when there are several."""
-    from bokeh.models import Label, Span
+    # the same classes as bokeh.models', whose star re-export its stubs do not declare
+    from bokeh.models.annotations import Label, Span
 
     legend = fig.legend[0]
     fig.center = [r for r in fig.center if r is not legend]

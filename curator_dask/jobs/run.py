@@ -43,7 +43,7 @@ def _source_files(stages: Sequence[Any]) -> dict[str, dict]:
     from curator_dask.utils.files import gather_file_infos
 
     source = next((s for s in stages if s.is_source_stage), None)
-    if not class_named(source, "FilePartitioningStage"):  # either model's
+    if source is None or not class_named(source, "FilePartitioningStage"):  # either model's
         return {}
     return dict(gather_file_infos(source.file_paths, extensions=source.file_extensions,
                                   storage_options=source.storage_options))

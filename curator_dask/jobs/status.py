@@ -26,10 +26,11 @@ _HTML_COLORS = {"yellow": "#b58900", "green": "#2a7d2a", "red": "#c0392b", "mage
 def _text(renderable: Any, width: int) -> str:
     from rich.console import Console
 
-    console = Console(file=io.StringIO(), width=width, color_system=None, force_jupyter=False,
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_jupyter=False,
                       force_terminal=False)
     console.print(renderable)
-    return console.file.getvalue().rstrip("\n")
+    return buffer.getvalue().rstrip("\n")
 
 
 def _state_html(state: str) -> str:

@@ -6,7 +6,7 @@ See docs/design/contract.md §1.9.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from curator_dask.backends.base import (
     BaseExecutor,
@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from curator_dask.tasks import Task
 
 logger = logging.getLogger(__name__)
+
+
+class _Composite(Protocol):
+    """Either model's ``CompositeStage``: what this module asks of one."""
+
+    def decompose(self) -> list[ProcessingStage]: ...
+
+
+def _is_composite(stage: object) -> TypeGuard[_Composite]:
+    return class_named(stage, "CompositeStage")  # either model's
 
 
 class Pipeline:
@@ -102,7 +112,7 @@ class Pipeline:
                 f"  {i + 1}. {stage.name} ({type(stage).__name__}){role}: cpus={res.cpus}, "
                 f"gpus={res.gpus}, batch_size={stage.batch_size}"
             )
-            if class_named(stage, "CompositeStage"):
+            if _is_composite(stage):
                 for sub in stage.decompose():
                     lines.append(f"       - {sub.name} ({type(sub).__name__})")
         return "\n".join(lines)
@@ -203,7 +213,10 @@ class Pipeline:
             return self._run_foreign(executor, initial_tasks, options)
         # The executor owns the run from here: the job hears how it ended (run_finished).
         result = executor.execute(self.stages, initial_tasks, options=options, observer=job)
-        if job is not None:
+        from curator_dask.backends.dask.result import RunResult
+
+        # another BaseExecutor may return a plain list, which has no job_id to set
+        if job is not None and isinstance(result, RunResult):
             result.job_id = job.job_id
         return result
 
@@ -230,7 +243,7 @@ class Pipeline:
 
 
 def _decompose(stage: ProcessingStage) -> list[ProcessingStage]:
-    if not class_named(stage, "CompositeStage"):
+    if not _is_composite(stage):
         return [stage]
     # NeMo's composites apply their with_() overrides while decomposing.
     decompose = getattr(stage, "decompose_and_apply_with", None) or stage.decompose

@@ -102,7 +102,7 @@ class JobStarts:
                 if state is not None:
                     arrived.append(str(state.name))
 
-        scheduler = getattr(cluster, "scheduler", None)
+        scheduler: Any = getattr(cluster, "scheduler", None)  # in-process Scheduler or none
         if hasattr(scheduler, "add_plugin"):
             async def add() -> None:
                 scheduler.add_plugin(ArrivedWorkers(), idempotent=True)

@@ -83,7 +83,7 @@ def partition_nodes(partition: str | None = None,
     default = next((p.rstrip("*") for p, _ in rows if p.endswith("*")), None)
     name = partition or default
     cpus = tuple(int(c.rstrip("+")) for p, c in rows if p.rstrip("*") == name)
-    if not cpus:
+    if not cpus or name is None:  # no name matches no row: no cpus
         known = ", ".join(sorted({p.rstrip("*") for p, _ in rows})) or "none"
         what = (f"partition {name!r} does not exist or has no nodes" if name
                 else "there is no default partition")

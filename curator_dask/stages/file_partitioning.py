@@ -146,11 +146,11 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
         if not records:
             logger.warning("No files found under %s", self.file_paths)
             return iter(())
-        if self.partition is not None:
+        spec = PartitionSpec.coerce(self.partition)  # None: whole files
+        if spec is not None:
             from curator_dask.partitions.plan import plan_partitions
 
-            return self._row_range_tasks(plan_partitions(
-                records, PartitionSpec.coerce(self.partition), self.storage_options))
+            return self._row_range_tasks(plan_partitions(records, spec, self.storage_options))
         if self.files_per_partition:
             files = [path for path, _ in records]
             partitions = self._partition_by_count(files, self.files_per_partition)

@@ -12,7 +12,7 @@ _DEFAULT_GPU_MEMORY_GB = 24.0
 def _device_memory_gb() -> float:
     """Memory of GPU 0 in GB via NVML, or 24.0 when NVML is not available."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from curator_dask.tasks.tasks import Task
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 
 @dataclass(repr=False)
@@ -21,7 +25,7 @@ class DocumentBatch(Task[Any]):
         (2, ['a', 'bb'])
     """
 
-    def to_pyarrow(self):
+    def to_pyarrow(self) -> pa.Table:
         """The data as a ``pyarrow.Table``."""
         import pyarrow as pa
 
@@ -29,7 +33,7 @@ class DocumentBatch(Task[Any]):
             return self.data
         return pa.Table.from_pandas(self.data, preserve_index=False)
 
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         """The data as a ``pandas.DataFrame``."""
         import pyarrow as pa
 

@@ -163,7 +163,9 @@ def _local_commit(path: str, *, fsync: bool) -> Iterator[BinaryIO]:
         fsync_dir(directory)
 
 
-def write_atomic(fs, path: str, write: Callable[[BinaryIO], None], *, fsync: bool = True) -> None:
+def write_atomic(
+    fs: Any, path: str, write: Callable[[BinaryIO], object], *, fsync: bool = True
+) -> None:
     """Call ``write(binary_file)`` and commit the result to ``path`` on ``fs`` atomically.
 
     ``path`` is in ``fs``'s own form (no protocol). Replaces an existing file.

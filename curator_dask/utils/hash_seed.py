@@ -18,6 +18,7 @@ of this one imports Dask: the forkserver reads it before Dask is imported.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 ENV = "PYTHONHASHSEED"
@@ -51,7 +52,7 @@ def check_hash_seed(value: Any, given: str = CONFIG_KEY) -> str | None:
     raise ValueError(msg)
 
 
-def worker_hash_seed(configured: Any = None, *, environ: dict[str, str] | None = None) -> \
+def worker_hash_seed(configured: Any = None, *, environ: Mapping[str, str] | None = None) -> \
         str | None:
     """The ``PYTHONHASHSEED`` the worker processes get: the driver's (``environ``, default
     ``os.environ``) when set, else ``configured``, else config ``cluster.python-hash-seed``.
@@ -62,9 +63,9 @@ def worker_hash_seed(configured: Any = None, *, environ: dict[str, str] | None =
         >>> worker_hash_seed(123, environ={})
         '123'
     """
-    environ = os.environ if environ is None else environ
-    if environ.get(ENV, "").strip():
-        return check_hash_seed(environ[ENV], given=f"{ENV} of the driver's environment")
+    env = os.environ if environ is None else environ
+    if env.get(ENV, "").strip():
+        return check_hash_seed(env[ENV], given=f"{ENV} of the driver's environment")
     if configured is None:
         from curator_dask import config
 

@@ -38,7 +38,7 @@ def _escapes_needed(s: pa.ChunkedArray) -> tuple[bool, set[int]]:
     A byte scan is several times faster than a regex kernel over the same text. UTF-8
     continuation bytes are >= 0x80, so they never match.
     """
-    quote_or_backslash, controls = False, set()
+    quote_or_backslash, controls = False, set[int]()
     for chunk in s.chunks:
         raw = _value_bytes(chunk)
         if not raw.size:

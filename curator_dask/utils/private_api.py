@@ -18,14 +18,20 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 # multiprocessing.forkserver.ForkServer's state (CPython 3.11.7; 3.12 adds _forkserver_authkey)
 _SERVER_ATTRIBUTES = ("_forkserver_pid", "_forkserver_alive_fd", "_forkserver_address", "_lock",
                       "ensure_running", "set_forkserver_preload")
 # distributed 2026.8.0: the logger of the P2P shuffle's scheduler plugin (a private module)
 SHUFFLE_SCHEDULER_LOGGER = "distributed.shuffle._scheduler_plugin"
+
+
+class PreparationData(Protocol):
+    """The signature of ``multiprocessing.spawn.get_preparation_data`` (its parameter's name
+    included, as typeshed spells it)."""
+
+    def __call__(self, name: str) -> dict[str, Any]: ...
 
 
 # -- CPython: multiprocessing ------------------------------------------------------------------
@@ -72,7 +78,7 @@ def original_dir() -> str:
     return getattr(process, "ORIGINAL_DIR", None) or os.getcwd()
 
 
-def preparation_data() -> Callable[[str], dict[str, Any]]:
+def preparation_data() -> PreparationData:
     """``multiprocessing.spawn.get_preparation_data`` (undocumented): what a spawned or
     forkserver child is told to set up, ``__main__`` included; called through the module by
     ``popen_spawn_posix`` and ``popen_forkserver`` at each start (Python 3.11.7)."""
@@ -81,7 +87,7 @@ def preparation_data() -> Callable[[str], dict[str, Any]]:
     return multiprocessing.spawn.get_preparation_data
 
 
-def set_preparation_data(function: Callable[[str], dict[str, Any]]) -> None:
+def set_preparation_data(function: PreparationData) -> None:
     """Replace ``multiprocessing.spawn.get_preparation_data`` (see :func:`preparation_data`)."""
     import multiprocessing.spawn
 
@@ -115,7 +121,8 @@ def skip_distributed_forkserver_preload() -> None:
     would otherwise import numpy, pandas and lz4 in the driver the first time it sees
     ``forkserver``, to set a preload list of its own (distributed 2026.8.0). Nothing where
     distributed lacks the flag."""
-    utils = sys.modules.get("distributed.utils")
+    # Any: the flag is not in distributed's types (a private module global)
+    utils: Any = sys.modules.get("distributed.utils")
     if utils is not None and hasattr(utils, "_forkserver_preload_set"):
         utils._forkserver_preload_set = True
 

@@ -150,8 +150,11 @@ def _scrub_assignments(text: str) -> str:
     out, pos = [], 0
     while (m := _ASSIGNMENT.search(text, pos)) is not None:
         value = _VALUE.match(text, m.end()) if is_secret_name(m["name"]) else None
-        group = value and next(g for g in ("token", "dq", "sq", "bare") if value[g] is not None)
-        if not group or group == "token" or _TOKEN.match(value[group]):
+        group = (
+            None if value is None
+            else next(g for g in ("token", "dq", "sq", "bare") if value[g] is not None)
+        )
+        if value is None or group is None or group == "token" or _TOKEN.match(value[group]):
             out.append(text[pos:m.end()])
             pos = m.end()  # go on from the value: it may hold pairs of its own
             continue

@@ -59,9 +59,10 @@ def default_storage_options(paths: str | os.PathLike | Iterable[str] | None,
         raise TypeError(msg)
     if paths is None:
         return None
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    if not any(is_remote_url(os.fspath(p)) for p in paths):
+    candidates: Iterable[str | os.PathLike] = (
+        [paths] if isinstance(paths, str | os.PathLike) else paths
+    )
+    if not any(is_remote_url(os.fspath(p)) for p in candidates):
         return None
     return copy.deepcopy(dict(default))
 

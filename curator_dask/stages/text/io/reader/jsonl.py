@@ -136,14 +136,17 @@ class JsonlReaderStage(BaseReaderStage):
     def _read_arrow(self, path: str) -> pa.Table:
         local = self._direct_local_path(path)
         raw: bytes | None = None
+        source: str | bytes
         if local is None:
-            raw = self._open_bytes(path)
+            raw = source = self._open_bytes(path)
             if not raw.strip():
                 return pa.table({})  # an empty file holds no documents
         elif os.path.getsize(local) == 0:
             return pa.table({})
+        else:
+            source = local
         try:
-            table = self._parse(local if raw is None else raw)
+            table = self._parse(source)
             table.validate(full=True)  # Arrow's JSON parser does not check UTF-8
             return table
         except (pa.ArrowInvalid, UnicodeDecodeError) as exc:

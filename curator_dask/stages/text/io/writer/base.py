@@ -196,7 +196,8 @@ class BaseWriter(ProcessingStage[DocumentBatch, FileGroupTask]):
 
     def process(self, task: DocumentBatch) -> FileGroupTask:
         file_path = self.output_path(task)
-        write_atomic(self.fs, file_path, lambda f: self.write_data(task, f), fsync=self.fsync)
+        write_atomic(self.fs, file_path, lambda f: self.write_data(task, f),
+                     fsync=bool(self.fsync))  # None before setup: no fsync
         shown = self.fs.unstrip_protocol(file_path) if is_remote_url(self.path) else file_path
         return FileGroupTask(
             dataset_name=task.dataset_name,
