@@ -25,7 +25,7 @@ import posixpath
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pandas as pd
@@ -36,6 +36,9 @@ from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch, EmptyTask, FileGroupTask
 from curator_dask.utils import private_api
 from curator_dask.utils.atomic import write_atomic
+
+if TYPE_CHECKING:
+    from curator_dask.stages.text.io.reader.base import BaseReaderStage
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +225,7 @@ def plan_groups(partitioning: Any) -> list[list[str]]:
     return [list(t.data) for t in partitioning.process(EmptyTask())]
 
 
-def run_phase1(executor: Any, spec: SignatureSpec, *, input_path: str | list[str],
+def run_phase1(executor: Any, spec: SignatureSpec, *, input_path: str | list[str] | None,
                input_filetype: str, input_blocksize: Any, input_file_extensions: Any,
                read_kwargs: dict[str, Any] | None, id_field: str | None, assign_id: bool,
                out_dir: str, checkpoint_path: str | None,
@@ -249,10 +252,15 @@ def run_phase1(executor: Any, spec: SignatureSpec, *, input_path: str | list[str
     if not assign_id and not id_field:
         msg = "assign_id=False needs id_field= (the column that holds the corpus's own ids)"
         raise ValueError(msg)
+    if input_path is None and initial_tasks is None:
+        msg = "phase 1 needs input_path or initial_tasks (the file groups to read): give one"
+        raise ValueError(msg)
     own_id = None if assign_id else id_field
     extensions = input_file_extensions or ([".jsonl", ".json"] if input_filetype == "jsonl"
                                            else [".parquet"])
-    partitioning = FilePartitioningStage(file_paths=input_path, blocksize=input_blocksize,
+    # unused with initial_tasks, where input_path may be None
+    partitioning = FilePartitioningStage(file_paths=[] if input_path is None else input_path,
+                                         blocksize=input_blocksize,
                                          file_extensions=list(extensions),
                                          storage_options=storage or None)
     if initial_tasks is not None:  # the writer finds a group's paths in its metadata
@@ -266,7 +274,8 @@ def run_phase1(executor: Any, spec: SignatureSpec, *, input_path: str | list[str
     reader = phase1_reader(input_filetype, spec.text_field, own_id, read_kwargs)
     writer = SignatureWriterStage(spec=spec, out_dir=out_dir, id_field=own_id,
                                   storage_options=out_storage, name=f"{spec.name}_signatures")
-    stages = ([] if initial_tasks is not None else [partitioning]) + [reader, writer]
+    stages: list[ProcessingStage] = [*([] if initial_tasks is not None else [partitioning]),
+                                     reader, writer]
     pipeline = Pipeline(name=f"{spec.name}_phase1", stages=stages)
     ckpt = None if checkpoint_path is None else posixpath.join(str(checkpoint_path), spec.name)
     pipeline.run(executor, initial_tasks=initial_tasks, checkpoint_path=ckpt,
@@ -312,13 +321,15 @@ def _rows_of(fs: Any, path: str, files: list[str], ckpt: str | None) -> tuple[in
 
 
 def phase1_reader(filetype: str, text_field: str, id_field: str | None,
-            read_kwargs: dict[str, Any]) -> ProcessingStage:
+            read_kwargs: dict[str, Any]) -> BaseReaderStage:
     fields = [text_field] + ([id_field] if id_field else [])
     if filetype == "jsonl":
-        from curator_dask.stages.text.io.reader.jsonl import JsonlReaderStage as Stage
-    else:
-        from curator_dask.stages.text.io.reader.parquet import ParquetReaderStage as Stage
-    return Stage(fields=fields, read_kwargs=read_kwargs, allow_empty=True)
+        from curator_dask.stages.text.io.reader.jsonl import JsonlReaderStage
+
+        return JsonlReaderStage(fields=fields, read_kwargs=read_kwargs, allow_empty=True)
+    from curator_dask.stages.text.io.reader.parquet import ParquetReaderStage
+
+    return ParquetReaderStage(fields=fields, read_kwargs=read_kwargs, allow_empty=True)
 
 
 class _SaidOnce(logging.Filter):

@@ -98,7 +98,7 @@ class TextDuplicatesRemovalStage(ProcessingStage[DocumentBatch, DocumentBatch]):
         field = self.duplicate_id_field
         removal = pd.read_parquet(self.ids_to_remove_path, columns=[field],
                                   filters=[(field, ">=", low), (field, "<=", high)],
-                                  **self.read_kwargs)
+                                  **(self.read_kwargs or {}))  # {} from __post_init__ on
         return set(removal[field].tolist())
 
 
@@ -119,14 +119,14 @@ class TextDuplicatesRemovalWorkflow(WorkflowBase):
         ['FilePartitioningStage', 'JsonlReaderStage', 'TextDuplicatesRemovalStage', 'ParquetWriter']
     """
 
-    input_path: str | None
+    input_path: str | list[str] | None  # NeMo's: str | None; FilePartitioningStage takes a list
     ids_to_remove_path: str
     output_path: str
     input_filetype: Literal["parquet", "jsonl"] = "parquet"
     input_fields: list[str] | None = None
     id_field: str | None = CURATOR_DEDUP_ID_STR
     input_files_per_partition: int | None = None
-    input_blocksize: str | None = None
+    input_blocksize: str | int | None = None  # NeMo's: str | None; bytes as an int work too
     input_file_extensions: list[str] | None = None
     input_task_limit: int | None = None
     input_kwargs: dict[str, Any] | None = None
@@ -155,6 +155,10 @@ class TextDuplicatesRemovalWorkflow(WorkflowBase):
             if value not in _EXTENSIONS:
                 msg = f"Invalid {kind} filetype: {value!r} (choose 'parquet' or 'jsonl')"
                 raise ValueError(msg)
+        if self.id_field is None:  # NeMo's type allows it; every batch would fail on it
+            msg = (f"id_field=None: the removal needs the corpus's id column; pass its name, "
+                   f"or {CURATOR_DEDUP_ID_STR!r} with id_generator_path")
+            raise ValueError(msg)
         stages: list[ProcessingStage] = []
         if initial_tasks is None:
             if self.input_path is None:

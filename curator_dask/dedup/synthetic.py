@@ -297,7 +297,8 @@ def _substitute(rng: np.random.Generator, doc: np.ndarray, rate: float, n_vocab:
     may fall side by side."""
     k = min(len(doc), round(rate * len(doc)))
     out = doc.copy()
-    at = ((np.arange(k) + rng.random(k)) * (len(doc) / k)).astype(np.int64) if k else []
+    at: np.ndarray | list[int] = (
+        ((np.arange(k) + rng.random(k)) * (len(doc) / k)).astype(np.int64) if k else [])
     out[at] = (out[at] + rng.integers(1, n_vocab, size=k)) % n_vocab
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,8 @@ def read_chunks(fs: Any, path: str, start: int, end: int) -> Iterator[tuple[int,
         return
     with ThreadPoolExecutor(1, thread_name_prefix="curator-dask-read") as pool:
         pos = start
-        ahead = pool.submit(fs.cat_file, path, start=pos, end=min(pos + chunk, end))
+        ahead: Future[bytes] | None = pool.submit(fs.cat_file, path, start=pos,
+                                                  end=min(pos + chunk, end))
         while ahead is not None:
             data = ahead.result()
             if len(data) != min(chunk, end - pos):  # chunks stay aligned: line_offsets needs it

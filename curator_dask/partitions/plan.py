@@ -62,6 +62,14 @@ class Piece:
             d.update(start_byte=self.start_byte, end_byte=self.end_byte)
         return d
 
+    def byte_range(self) -> tuple[int, int]:
+        """``(start_byte, end_byte)``: every piece of a JSONL file that is split has them."""
+        if self.start_byte is None or self.end_byte is None:
+            msg = (f"{self.path} rows {self.start_row}-{self.end_row} has no byte range: only "
+                   "the pieces of a JSONL file that is split have one")
+            raise ValueError(msg)
+        return self.start_byte, self.end_byte
+
     def shown(self) -> str:
         where = (f", bytes {self.start_byte}-{self.end_byte}" if self.start_byte is not None
                  else "")
@@ -105,6 +113,13 @@ class InputFile:
     rows: int | None = None
     compressed: bool = False
     analysis: dict[str, Any] = field(default_factory=dict)
+
+    def counted_rows(self) -> int:
+        """``rows``, once planning has counted them (a compressed file's never are)."""
+        if self.rows is None:
+            msg = f"{self.path}: its rows are not counted (a compressed file cannot be split)"
+            raise ValueError(msg)
+        return self.rows
 
 
 @dataclass
@@ -155,7 +170,7 @@ def digest(partition: Partition, storage_options: dict | None) -> tuple[str, str
     if file_format(first.path) == "parquet":
         ranges = [(strip(p.path), p.start_row, p.end_row) for p in partition.pieces]
         return parquet.digest_ranges(fs, ranges), parquet.ALGORITHM
-    ranges = [(strip(p.path), p.start_byte, p.end_byte) for p in partition.pieces]
+    ranges = [(strip(p.path), *p.byte_range()) for p in partition.pieces]
     return jsonl.digest_ranges(fs, ranges).sha256, BYTES_ALGORITHM
 
 
@@ -169,6 +184,10 @@ def plan_partitions(records: Sequence[tuple[str, int]], spec: PartitionSpec,
         logger.warning("%d compressed JSONL file(s) cannot be split into row ranges (e.g. %s): "
                        "each is one whole-file partition", len(compressed), compressed[0].path)
     if spec.mode == "manual":
+        if spec.num_of_partitions is None:  # PartitionSpec.coerce sets it for manual
+            msg = (f"partition={spec.to_dict()}: mode 'manual' needs num_of_partitions (a "
+                   "positive integer)")
+            raise ValueError(msg)
         parts = _manual(files, spec.num_of_partitions, storage_options)
     else:
         parts = _auto(files, spec, storage_options, hashing)
@@ -237,7 +256,7 @@ def _manual(files: list[InputFile], n: int, storage_options: dict | None) -> lis
         return found
 
     counts = parallel(count, splittable)
-    total = sum(f.rows for f in splittable)
+    total = sum(f.counted_rows() for f in splittable)
     if 0 < total < n:
         logger.warning("partition: num_of_partitions=%d but the input has %d rows: %d "
                        "partitions of one row", n, total, total)
@@ -246,8 +265,9 @@ def _manual(files: list[InputFile], n: int, storage_options: dict | None) -> lis
     # the cuts inside each file, as rows of that file
     starts, cuts = 0, []
     for file in splittable:
-        cuts.append(sorted({b - starts for b in bounds if starts < b < starts + file.rows}))
-        starts += file.rows
+        rows = file.counted_rows()
+        cuts.append(sorted({b - starts for b in bounds if starts < b < starts + rows}))
+        starts += rows
     offsets = parallel(lambda i: _offsets(splittable[i], counts[i], cuts[i], storage_options),
                        range(len(splittable)))
     parts = _ranges_to_partitions(splittable, bounds, offsets)
@@ -261,7 +281,7 @@ def _offsets(file: InputFile, count: jsonl.LineCount | None, cuts: list[int],
         return {}
     fs, path = filesystem(file.path, storage_options)
     found = dict(zip(cuts, jsonl.line_offsets(fs, path, count, cuts), strict=True))
-    return {0: 0, file.rows: file.size, **found}
+    return {0: 0, file.counted_rows(): file.size, **found}
 
 
 def _ranges_to_partitions(files: list[InputFile], bounds: list[int],
@@ -269,12 +289,12 @@ def _ranges_to_partitions(files: list[InputFile], bounds: list[int],
     firsts, at = [], 0
     for file in files:
         firsts.append(at)
-        at += file.rows
+        at += file.counted_rows()
     parts = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         pieces = []
         for file, first, where in zip(files, firsts, offsets, strict=True):
-            lo, hi = max(a, first) - first, min(b, first + file.rows) - first
+            lo, hi = max(a, first) - first, min(b, first + file.counted_rows()) - first
             if lo < hi:
                 pieces.append(Piece(file.path, lo, hi, where.get(lo), where.get(hi)))
         parts.append(Partition(tuple(pieces), b - a))

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from curator_dask.errors import PartitionRecordError
 from curator_dask.partitions.plan import InputFile, Partition, PartitionPlan, Piece
@@ -144,7 +144,7 @@ def _illegal(url: str, what: str) -> PartitionRecordError:
         "checkpoint path and a new output folder")
 
 
-def _int(value: Any) -> bool:
+def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -220,7 +220,8 @@ def _check_tiling(parts: list[Partition], files: dict[str, InputFile], url: str)
     for path, pieces in by_file.items():
         file = files[path]
         pieces.sort(key=lambda x: (x[0].start_row, x[0].end_row))
-        row = byte = 0
+        row = 0
+        byte: int | None = 0
         for piece, part in pieces:
             if file.format == "jsonl" and piece.start_byte is None:
                 raise _illegal(url, f"{part.shown()} has no byte range, which a JSONL piece needs")

@@ -152,8 +152,8 @@ def _changed_content(part: Partition, storage_options: dict | None) -> str | Non
             found, lines = digest(part, storage_options)[0], None
         else:
             fs, _ = filesystem(part.pieces[0].path, storage_options)
-            lines = jsonl.digest_ranges(fs, [(fs._strip_protocol(p.path), p.start_byte,
-                                              p.end_byte) for p in part.pieces])
+            lines = jsonl.digest_ranges(fs, [(fs._strip_protocol(p.path), *p.byte_range())
+                                             for p in part.pieces])
             found = lines.sha256
     except (EOFError, IndexError, FileNotFoundError) as exc:
         return f"its rows cannot be read ({exc})"

@@ -262,7 +262,8 @@ class CompletedSet(MutableSet):
         return f"<CompletedSet of {len(self):,} ids>"
 
     def clear(self) -> None:
-        self.__init__()
+        self._base = _EMPTY
+        self._added, self._removed, self._others = set(), set(), set()
 
     def nbytes(self) -> int:
         """Approximate memory held, in bytes (the array, and about 60 per overlay entry)."""

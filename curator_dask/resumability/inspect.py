@@ -76,7 +76,8 @@ def inspect_checkpoint(checkpoint: str, storage_options: dict | None = None) -> 
         writer = WriterFile(path=shown_path, size=sizes[path])
         if ids is None:
             writer.error = f"{type(exc).__name__}: {exc}"
-            writer.damaged = is_damage(exc, sizes[path])
+            # exc is never None here (no ids come with an error): named for the type checker
+            writer.damaged = exc is not None and is_damage(exc, sizes[path])
         else:
             writer.completed = len(ids)
             parts.append(ids)

@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 TOPIC = "curator-dask-deltas"
 _FLUSH = "flush"  # queue marker: commit what has been gathered now
 
+# What the writer thread's queue carries: (newly completed, un-completed) source ids, the
+# ``_FLUSH`` marker, or ``None`` (stop).
+_QueueItem = tuple[list[str], list[str]] | str | None
+
 
 def handler_names(run_id: str) -> dict[str, str]:
     """Scheduler handler names of one run's plugin."""
@@ -64,6 +68,9 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     """One checkpointed run's completion counter and LMDB writer, on the scheduler."""
 
     _remade: ClassVar[dict[str, Any]] = {"_queue": queue.Queue, "_cv": threading.Condition}
+    # made by ``_make_remade`` (above), in ``__init__`` and in every unpickled copy
+    _queue: queue.Queue[_QueueItem]
+    _cv: threading.Condition
 
     def __init__(
         self,
@@ -127,6 +134,14 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
         )
         return store, store.load_union()
 
+    def _started(self) -> tuple[CompletionStore, CounterBook]:
+        """The store and the counters, which ``start`` opens (before any handler exists)."""
+        if self.store is None or self.book is None:
+            msg = (f"the completion plugin {self.name} was used before its start on the "
+                   "scheduler: register it with client.register_plugin first")
+            raise RuntimeError(msg)
+        return self.store, self.book
+
     async def close(self) -> None:
         """Flush and close the store (idempotent); also called at scheduler shutdown."""
         if self._closed or self._thread is None:  # closed, or the store never opened
@@ -136,7 +151,8 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         try:
-            await asyncio.to_thread(self.store.close)
+            store, _ = self._started()
+            await asyncio.to_thread(store.close)
         except Exception:  # noqa: BLE001 (kept for the driver)
             self.errors.append(traceback.format_exc())
         for handler in handler_names(self.run_id).values():
@@ -169,7 +185,8 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     def completed_among(self, comm: Any = None, source_ids: list | None = None) -> list[str]:
         """The ids among ``source_ids`` that the checkpoint marks complete (one vectorised
         lookup)."""
-        return self.book.completed.among([str(s) for s in source_ids or ()])
+        _, book = self._started()
+        return book.completed.among([str(s) for s in source_ids or ()])
 
     def open_sources(self, comm: Any = None, sources: list | None = None,
                      reopen: list | None = None, open: bool = True) -> list[str]:  # noqa: A002
@@ -179,10 +196,11 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
         are processed again even if complete (their input changed); they are recorded complete
         again when they finish."""
         try:
-            self.book.reopen(str(s) for s in reopen or ())
+            _, book = self._started()
+            book.reopen(str(s) for s in reopen or ())
             sources = sources or []
             sids = [str(s) for _, s in sources]
-            hits = self.book.completed.mask(sids).tolist()  # one lookup for the batch
+            hits = book.completed.mask(sids).tolist()  # one lookup for the batch
             if open:
                 self._apply([(str(t), sid, 1) for (t, _), sid, hit in zip(
                     sources, sids, hits, strict=True) if not hit], opening=True)
@@ -209,7 +227,8 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     def _apply(self, deltas: list[tuple[str, str, int]], *, opening: bool = False) -> None:
         if self._closed:
             return  # like NeMo Curator's closed actor: late deltas are dropped
-        done, undone = self.book.apply(deltas, opening=opening)
+        _, book = self._started()
+        done, undone = book.apply(deltas, opening=opening)
         self.completed_in_run += len(done) - len(undone)
         if done or undone:
             with self._cv:
@@ -220,7 +239,7 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
     def _writer_loop(self) -> None:
         stop = False
         while not stop:
-            batch = [self._queue.get()]
+            batch: list[_QueueItem] = [self._queue.get()]
             # Gather what else arrives within flush_interval of the first item into one
             # transaction; a flush request or the stop marker commits at once.
             deadline = time.monotonic() + self.flush_interval
@@ -233,17 +252,18 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
                 except queue.Empty:
                     break
             stop = None in batch
-            entries = [e for e in batch if e is not None and e != _FLUSH]
+            entries = [e for e in batch if isinstance(e, tuple)]  # not None, not _FLUSH
             final: dict[str, bool] = {}
             for done, undone in entries:
                 final.update(dict.fromkeys(done, True))
                 final.update(dict.fromkeys(undone, False))
             try:
+                store, _ = self._started()
                 if any(final.values()):
                     self._save_dependents()
-                self.store.update(add=[sid for sid, ok in final.items() if ok],
-                                  remove=[sid for sid, ok in final.items() if not ok])
-                self.store.maybe_publish()
+                store.update(add=[sid for sid, ok in final.items() if ok],
+                             remove=[sid for sid, ok in final.items() if not ok])
+                store.maybe_publish()
             except Exception:  # noqa: BLE001 (kept for the driver)
                 self.errors.append(traceback.format_exc())
             with self._cv:
@@ -276,18 +296,19 @@ class CompletionPlugin(RemadeWhenUnpickled, SchedulerPlugin):
         if not self._closed:
             await self._drain()
             try:
-                await asyncio.to_thread(self.store.publish)
+                await asyncio.to_thread(self._started()[0].publish)
             except Exception:  # noqa: BLE001 (kept for the driver)
                 self.errors.append(traceback.format_exc())
+        store, book = self._started()
         return {
-            "completed": len(self.book.completed),
+            "completed": len(book.completed),
             "loaded": self.loaded,
             "completed_in_run": self.completed_in_run,
-            "pending": len(self.book.pending),
+            "pending": len(book.pending),
             "failed_sources": sorted(self.failed_sources),
             "warnings": dict(self.warnings),
             "deltas": self.deltas_received,
             "errors": list(self.errors),
-            "unreadable": list(self.store.unreadable),
-            "writer_file": self.store.remote_path,
+            "unreadable": list(store.unreadable),
+            "writer_file": store.remote_path,
         }

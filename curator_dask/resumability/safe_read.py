@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import lmdb
 
@@ -131,7 +131,7 @@ def probe_writable(path: str) -> list[bytes]:
     return ids
 
 
-def _send_frame(stream, obj: object) -> None:
+def _send_frame(stream: IO[bytes], obj: tuple[str, object]) -> None:
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001 (an unpicklable error is still an error)
@@ -141,7 +141,7 @@ def _send_frame(stream, obj: object) -> None:
     stream.flush()
 
 
-def _read_exact(stream, n: int) -> bytes | None:
+def _read_exact(stream: IO[bytes], n: int) -> bytes | None:
     data = stream.read(n)
     return data if len(data) == n else None
 
@@ -232,7 +232,7 @@ class SafeReader:
     """
 
     def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._in_process = False
         self.starts = 0  # child processes started: one unless a file killed one
 
@@ -248,13 +248,15 @@ class SafeReader:
         if proc is None:
             return None
         with contextlib.suppress(OSError):  # dead already: a buffered request cannot flush
-            proc.stdin.close()
+            if proc.stdin is not None:  # always: Popen(stdin=PIPE)
+                proc.stdin.close()
         try:
             returncode = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             returncode = proc.wait()
-        proc.stdout.close()
+        if proc.stdout is not None:  # always: Popen(stdout=PIPE)
+            proc.stdout.close()
         return returncode
 
     def read_all(self, items: Iterable[str | BaseException], *,
@@ -314,18 +316,22 @@ class SafeReader:
     def _send(self, mode: bytes, path: str) -> bool:
         if self._in_process or (self._proc is None and not self._start()):
             return False
+        stdin = None if self._proc is None else self._proc.stdin
+        if stdin is None:  # never: _start made the child, with Popen(stdin=PIPE)
+            return False
         data = mode + os.fsencode(path)
         try:
-            self._proc.stdin.write(_LEN.pack(len(data)) + data)
-            self._proc.stdin.flush()
+            stdin.write(_LEN.pack(len(data)) + data)
+            stdin.flush()
         except OSError:  # the child died: what it answered is still in the pipe
             return False
         return True
 
     def _receive(self) -> tuple | None:
-        proc = self._proc
-        head = None if proc is None else _read_exact(proc.stdout, _LEN.size)
-        data = None if head is None else _read_exact(proc.stdout, _LEN.unpack(head)[0])
+        stdout = None if self._proc is None else self._proc.stdout
+        head = None if stdout is None else _read_exact(stdout, _LEN.size)
+        data = (None if stdout is None or head is None
+                else _read_exact(stdout, _LEN.unpack(head)[0]))
         return None if data is None else pickle.loads(data)
 
     def _start(self) -> bool:

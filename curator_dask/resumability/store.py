@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import fsspec
 import lmdb
@@ -96,7 +97,7 @@ def needs_staging(checkpoint_url: str, mounts_file: str = "/proc/mounts") -> boo
     return fs_type is not None and fs_type.lower() in NETWORK_FS_TYPES
 
 
-def writer_file_sizes(fs, meta_dir: str) -> dict[str, int]:
+def writer_file_sizes(fs: Any, meta_dir: str) -> dict[str, int]:
     """``{path: size}`` of the ``*.mdb`` files directly in ``meta_dir``, sorted by path (listed,
     not globbed: the folder name may hold glob characters such as ``[``)."""
     try:
@@ -110,7 +111,7 @@ def writer_file_sizes(fs, meta_dir: str) -> dict[str, int]:
     }
 
 
-def list_writer_files(fs, meta_dir: str) -> list[str]:
+def list_writer_files(fs: Any, meta_dir: str) -> list[str]:
     """The ``*.mdb`` files directly in ``meta_dir``, sorted."""
     return list(writer_file_sizes(fs, meta_dir))
 
@@ -122,7 +123,7 @@ def reader_count(files: int) -> int:
 
 
 def read_writer_files(
-    fs, paths: list[str], *, remote: bool
+    fs: Any, paths: list[str], *, remote: bool
 ) -> Iterator[tuple[str, CompletedSet | None, BaseException | None]]:
     """``(shown path, completed ids or None, error or None)`` for each writer file, in order.
 
@@ -222,6 +223,7 @@ class CompletionStore:
         self._dirty = False
         self._last_publish = time.monotonic()
         self.fs.makedirs(self.meta_dir, exist_ok=True)
+        self._local_dir: str | None = None  # staged: the temporary folder of the local file
         if self.staged:
             _remove_stale_staging()
             self._local_dir = owned_temp_dir(STAGING_PREFIX)
@@ -230,7 +232,6 @@ class CompletionStore:
                 # An explicit id resumes its own file, as NeMo Curator's recycled pid does.
                 self.fs.get_file(self.remote_path, self.local_path)
         else:
-            self._local_dir = None
             self.local_path = self.remote_path
         self.set_aside = self._set_aside_if_damaged()
         self.env = open_writer_env(self.local_path)
@@ -263,10 +264,18 @@ class CompletionStore:
                        type(error).__name__, where, error)
         return shown
 
+    def _opened(self) -> lmdb.Environment:
+        """The writer file's environment, open from construction until ``close``."""
+        if self.env is None:
+            msg = (f"the checkpoint writer file {self.remote_path} is closed: make a new "
+                   "CompletionStore to write to it again")
+            raise ValueError(msg)
+        return self.env
+
     # -- reading ----------------------------------------------------------------------------
     def own_completed(self) -> CompletedSet:
         """The ids in this writer's own file (read here: it was checked before it was opened)."""
-        with self.env.begin() as txn, txn.cursor(db=self.db) as cur:
+        with self._opened().begin() as txn, txn.cursor(db=self.db) as cur:
             return unpacked(pack_keys(list(cur.iternext(keys=True, values=False))))
 
     def writer_files(self) -> list[str]:
@@ -308,7 +317,7 @@ class CompletionStore:
         deletes = [sid.encode() for sid in remove]
         if not puts and not deletes:
             return
-        with self._lock, self.env.begin(write=True, db=self.db) as txn:
+        with self._lock, self._opened().begin(write=True, db=self.db) as txn:
             for key in deletes:
                 txn.delete(key, db=self.db)
             for key in puts:
@@ -325,7 +334,8 @@ class CompletionStore:
 
     def publish(self, *, force: bool = False) -> bool:
         """Upload a snapshot of the writer file when staged and dirty; True if one was made."""
-        if not self.staged or self.env is None:
+        # staged: _local_dir is set (named here for the type checker)
+        if not self.staged or self.env is None or self._local_dir is None:
             return False
         with self._lock:
             if not (self._dirty or force):
@@ -358,7 +368,7 @@ class CompletionStore:
         return self.publish()
 
     def _is_empty(self) -> bool:
-        with self.env.begin() as txn:
+        with self._opened().begin() as txn:
             return txn.stat(self.db)["entries"] == 0
 
     def close(self) -> None:

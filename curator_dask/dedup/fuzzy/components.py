@@ -17,7 +17,7 @@ and ``FuzzyDuplicateIds/part.<i>.parquet`` (``_curator_dedup_id``, sorted).
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+from typing import Any, TypedDict
 
 import fsspec
 import numpy as np
@@ -127,8 +127,18 @@ def components_task(edge_paths: list[str], cc_dir: str,
             "num_groups": int(np.count_nonzero(vertices == groups))}
 
 
+class IdsWritten(TypedDict):
+    """What :func:`identify_task` wrote: the ids to remove, in how many files of which sizes,
+    and the number of groups."""
+
+    num_removal_ids: int
+    num_files: int
+    part_sizes: list[int]
+    num_groups: int
+
+
 def identify_task(cc_dir: str, ids_dir: str, cc_storage_options: dict[str, Any] | None = None,
-                  ids_storage_options: dict[str, Any] | None = None) -> dict[str, int]:
+                  ids_storage_options: dict[str, Any] | None = None) -> IdsWritten:
     """The ids to remove (every member of a group but its smallest id), sorted, to
     ``<ids_dir>/part.<i>.parquet`` (at least one file, possibly empty). Returns counts."""
     with fsspec.open(posixpath.join(cc_dir, "part.0.parquet"), "rb",
@@ -153,5 +163,6 @@ def _write(table: pa.Table, directory: str, name: str,
     write_atomic(fs, posixpath.join(root, name), lambda f: pq.write_table(table, f))
 
 
-__all__ = ["CC_DIR", "DUPLICATE_IDS_DIR", "GROUP_FIELD", "JACCARD_FIELD", "components_task",
-           "connected_components", "identify_task", "read_edges", "unique_sorted"]
+__all__ = ["CC_DIR", "DUPLICATE_IDS_DIR", "GROUP_FIELD", "JACCARD_FIELD", "IdsWritten",
+           "components_task", "connected_components", "identify_task", "read_edges",
+           "unique_sorted"]

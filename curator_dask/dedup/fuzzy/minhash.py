@@ -133,9 +133,9 @@ def window_hashes(data: np.ndarray, offsets: np.ndarray, char_ngrams: int, base:
     text = data[lo:hi]
     rel = offsets - lo
     ascii_only = not text.size or int(text.max()) < 0x80
-    # character starts: every byte of ASCII text, else the UTF-8 lead bytes
+    # character starts: every byte of ASCII text (None), else the UTF-8 lead bytes
     chars = None if ascii_only else np.flatnonzero((text & 0xC0) != 0x80)
-    cs, ce = (rel[:-1], rel[1:]) if ascii_only else (
+    cs, ce = (rel[:-1], rel[1:]) if chars is None else (
         np.searchsorted(chars, rel[:-1]), np.searchsorted(chars, rel[1:]))
     nchar = ce - cs
     count = np.maximum(nchar - char_ngrams + 1, 1)
@@ -143,7 +143,7 @@ def window_hashes(data: np.ndarray, offsets: np.ndarray, char_ngrams: int, base:
     np.cumsum(count[:-1], out=first[1:])
     char = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(cs - first, count)
     stop = char + np.repeat(np.minimum(nchar, char_ngrams), count)
-    if ascii_only:
+    if chars is None:  # ASCII only
         start, end = char, stop
     else:
         cpos = np.append(chars, hi - lo)

@@ -31,8 +31,8 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, BinaryIO
 
 import fsspec
 
@@ -102,6 +102,11 @@ def parse_entry_name(name: str) -> tuple[str, int, str] | None:
     if not sep or not dash or not index.isdigit() or not head:
         return None
     return head, int(index), fingerprint
+
+
+def _writing(data: bytes) -> Callable[[BinaryIO], object]:
+    """``write_atomic``'s writer of ``data`` (bound now: the loop that makes it moves on)."""
+    return lambda f: f.write(data)
 
 
 def _tabular(task: Any) -> str | None:
@@ -192,7 +197,8 @@ class StageCheckpointStore:
         self.fs.makedirs(directory, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(name, MANIFEST))  # an older entry stops counting now
-        shells, files = [], []
+        shells: list[tuple[str | None, Any]] = []  # (data file or None, task without data)
+        files: list[dict[str, Any]] = []
         for i, task in enumerate(t for batch in batches for t in batch):
             kind = _tabular(task)
             if kind is None:
@@ -201,7 +207,7 @@ class StageCheckpointStore:
             table = task.data if kind == "arrow" else pa.Table.from_pandas(task.data)
             file = f"part-{i:05d}.{file_suffix(self.format, self.compression)}"
             data, stored_as = encode_table(table, self.format, self.compression)
-            write_atomic(self.fs, self._path(name, file), lambda f, d=data: f.write(d),
+            write_atomic(self.fs, self._path(name, file), _writing(data),
                          fsync=False)
             # the digest of the bytes written, taken from memory: no second read of the file
             files.append({"file": file, "task_id": task.task_id, "rows": table.num_rows,

@@ -133,7 +133,7 @@ class StageCheckpoints:
         candidates = [i for i in range(source + 1, len(stages)) if not stages[i].is_sink_stage]
         if self.strategy == "every_stage":
             return tuple(candidates)
-        if self.strategy == "every_n_stages":
+        if self.strategy == "every_n_stages" and self.n is not None:  # always set: __post_init__
             return tuple(i for i in candidates if (i - source) % self.n == 0)
         names = {s.name: i for i, s in enumerate(stages)}
         unknown = [n for n in self.stages if n not in names]
