@@ -86,13 +86,13 @@ def source_files(tasks: Sequence[Task]) -> list[str]:
     return list(files)
 
 
-def _shipped_files(exc: BaseException) -> dict[tuple[str, int], str]:
+def _shipped_files(exc: BaseException) -> dict[tuple[str, int | None], str]:
     """``{(function, line): file}`` of the frames of ``exc`` (and its causes) whose code
     cloudpickle shipped by value: it names their file ``<dynamic-code>``, and keeps the
     module's ``__file__`` in their globals."""
-    found: dict[tuple[str, int], str] = {}
+    found: dict[tuple[str, int | None], str] = {}  # looked up by FrameSummary (lineno: int | None)
     seen: set[int] = set()
-    todo = [exc]
+    todo: list[BaseException | None] = [exc]
     while todo:
         e = todo.pop()
         if e is None or id(e) in seen:
@@ -121,7 +121,8 @@ def traceback_text(exc: BaseException) -> str:
     tbe = traceback.TracebackException.from_exception(exc)
     files = _shipped_files(exc)
     if files:
-        todo, seen = [tbe], set()
+        todo: list[traceback.TracebackException | None] = [tbe]
+        seen: set[int] = set()
         while todo:
             t = todo.pop()
             if t is None or id(t) in seen:
@@ -192,8 +193,9 @@ class StageAdapter:
             none_task = self.model.none_task
             results = [none_task() if r is None else r for r in results]
         lineage.assign_task_ids(tasks, results, is_source=stage.is_source_stage)
-        # each result's class names once (cached per class): sentinels are the exception
-        names = [lineage.class_names(type(r)) for r in results]
+        # each result's class names once (cached per class): sentinels are the exception;
+        # map(type, ...): mypy takes type(r) for unhashable (mypy#20409)
+        names = [lineage.class_names(cls) for cls in map(type, results)]
         sentinels = sum(1 for k in names if not k.isdisjoint(lineage.SENTINEL_NAMES))
         n_failed = n_filtered = 0
         if sentinels:

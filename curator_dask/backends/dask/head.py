@@ -91,6 +91,9 @@ def run_head_on_cluster(client: Any, stages: Sequence[Any], plan: ExecutionPlan,
     from curator_dask.utils.run_keys import task_key
 
     group = plan.head_group
+    if group is None:
+        msg = "the plan runs the head on the driver (no head_group): call run_head instead"
+        raise ValueError(msg)
     host = StageHost(run_id, list(stages), head=group.stage_indices)
     register(client, host)
     size = stages[group.stage_indices[0]].batch_size or 1

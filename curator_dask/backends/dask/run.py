@@ -86,7 +86,7 @@ class DaskRun:
                                            None if quiet else observer.event)
         self.services = RunServices()
         self.sources = RunSources()
-        self.plan: ExecutionPlan | None = None
+        self.plan: ExecutionPlan  # made by prepare(), below: a run it refuses is never made
         self.initial: list[Any] = []
         self.summary: dict[str, Any] | None = None
         self.scheduler_lost: str | None = None  # set when the run gave up on its scheduler
@@ -368,12 +368,20 @@ class DaskRun:
         ckpt = self.options.stage_checkpoints
         if not (ckpt.enabled and self.plan.boundaries):
             return
+        url, sources, todo = self.options.checkpoint_path, self.sources.sources, self.sources.todo
+        if url is None:  # RunOptions.checked refuses it; options made by hand may not be checked
+            msg = (f"stage_checkpoints={ckpt.strategy!r} needs checkpoint_path (or a job, whose "
+                   "checkpoint is in its folder): it works on the completion checkpoint")
+            raise ValueError(msg)
+        if isinstance(sources, LazySourceTasks) or isinstance(todo, SourceFeed):
+            msg = ("stage checkpoints plan over every source: select_sources takes them all "
+                   "(whole_list_reason), not a lazy source's feed")
+            raise TypeError(msg)
         from curator_dask.resumability.stage_checkpoints import CheckpointPlanner
 
         planner = self.services.planner = CheckpointPlanner(
-            ckpt, self.stages, self.plan, self.options.checkpoint_path,
-            self.options.checkpoint_storage_options)
-        planner.prepare(self.sources.sources, self.sources.todo)
+            ckpt, self.stages, self.plan, url, self.options.checkpoint_storage_options)
+        planner.prepare(sources, todo)
 
     def wrap_up(self, run_completed: bool) -> None:
         """Also after a stop or a failure: flush completions, record inputs, end the run on

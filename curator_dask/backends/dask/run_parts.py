@@ -29,7 +29,7 @@ from curator_dask.backends.dask.progress import LiveProgress
 from curator_dask.ids.run import NoRunIds, RunIdRegistry
 
 if TYPE_CHECKING:
-    from curator_dask.backends.dask.source_feed import SourceFeed
+    from curator_dask.backends.dask.source_feed import LazySourceTasks, SourceFeed
     from curator_dask.resumability.client import CompletionClient
     from curator_dask.resumability.input_check import InputCheck
     from curator_dask.resumability.stage_checkpoints.planner import CheckpointPlanner
@@ -79,7 +79,8 @@ class RunSources:
     """The source tasks of a run, until the stream takes them over (it lets each go once
     submitted), and their numbers once known (a lazy source's when it has given its last)."""
 
-    sources: list[Any] = field(default_factory=list)
+    # a lazy source stage's iterator until select_sources takes a list or a feed from it
+    sources: list[Any] | LazySourceTasks = field(default_factory=list)
     todo: list[Any] | SourceFeed = field(default_factory=list)
     feed: SourceFeed | None = None  # the sources of a lazy source stage
     total: int = 0

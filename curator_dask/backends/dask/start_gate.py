@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from curator_dask.backends.dask.worker import GroupResult
+from curator_dask.backends.dask.worker import GroupResult, host_of
 
 __all__ = ["Admitted", "NotStarted", "StartGate", "close_gate", "finished_result", "run_gated"]
 
@@ -117,7 +117,7 @@ def run_gated(name: str, group_index: int, stage_indices: tuple[int, ...], previ
     if admitted:
         previous = previous.result
     worker = get_worker()
-    host = worker.plugins[name]
+    host = host_of(name)
     gate = gate_of(host)
     key = str(worker.get_current_task())
     if not gate.enter(chain, key, admitted=admitted):

@@ -166,6 +166,7 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
     """Holds one run's stages on a worker and runs fusion groups for the driver."""
 
     _remade: ClassVar[dict[str, Any]] = {"_lock": threading.Lock}
+    _lock: threading.Lock
 
     def __init__(self, run_id: str, stages: list[ProcessingStage], *, counting: bool = False,
                  checkpoints: CheckpointRuntime | None = None, drop_outputs_of: int = -1,
@@ -256,7 +257,7 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
                           failed=set(previous.failed), ended=dict(previous.ended),
                           checkpoint=record)
         active = list(previous.batches)
-        if ck is not None and group_index == 0:
+        if ck is not None and record is not None and group_index == 0:
             ck.note_inputs(active, record)
             if resume:
                 active, restored = ck.restore(active, resume, deltas, record)
@@ -266,7 +267,7 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
                 active.extend(batches)
             else:
                 out.parked.append((next_group, batches))
-        if ck is None:
+        if ck is None or record is None:  # (the record exists where ck does)
             # Without a checkpoint no task has a source id: the inputs a FailedTask came from
             # are collected instead, for the driver to name their sources.
             parents: set[str] | None = None if deltas is not None else set()
@@ -293,6 +294,10 @@ class StageHost(RemadeWhenUnpickled, WorkerPlugin):
     def run_head(self, tasks: list[Task]) -> tuple[list[Task], list[StageCount]]:
         """The head's stages over one batch of initial tasks: the source tasks they make, and
         one ``StageCount`` per head stage. No deltas: sources are opened on the driver."""
+        if self.head is None:
+            msg = (f"StageHost {self.name!r} holds the run's main stages, not its head: run the "
+                   "head on the host made with head=<its stage indices>")
+            raise TypeError(msg)
         batches, counts = run_stages([self.adapter(i) for i in self.head], [list(tasks)])
         return [t for group in batches for t in group], counts
 
@@ -346,11 +351,19 @@ def run_group(
     resume: dict[str, list[Candidate]] | None = None,
 ) -> GroupResult:
     """The Dask task of one fusion group: find this run's ``StageHost`` and run the group."""
-    host: StageHost = get_worker().plugins[name]
-    return host.run_group(group_index, stage_indices, previous, resume)
+    return host_of(name).run_group(group_index, stage_indices, previous, resume)
 
 
 def run_head_batch(name: str, tasks: list[Task]) -> tuple[list[Task], list[StageCount]]:
     """The Dask task of one batch of initial tasks through the head (``StageHost.run_head``)."""
-    host: StageHost = get_worker().plugins[name]
-    return host.run_head(tasks)
+    return host_of(name).run_head(tasks)
+
+
+def host_of(name: str) -> StageHost:
+    """This worker's ``StageHost`` plugin ``name`` (the run's, or its head's)."""
+    host = get_worker().plugins[name]
+    if not isinstance(host, StageHost):
+        msg = (f"worker plugin {name!r} is a {type(host).__name__}, not a StageHost: another "
+               "plugin was registered under the run's name; give it a name of its own")
+        raise TypeError(msg)
+    return host

@@ -68,8 +68,9 @@ def killed_worker_error(client: Any, error: Any, chains: Sequence[Chain],
     tries = (f"{attempts} times (distributed.scheduler.allowed-failures "
              f"{error.allowed_failures} + 1)")
     limit = getattr(last, "memory_limit", None) or None
-    kwargs = {"stages": list(groups[group].stage_names), "source_files": chain.files,
-              "task_ids": chain.ids, "memory_limit": limit, "workers": [last.address]}
+    kwargs: dict[str, Any] = {
+        "stages": list(groups[group].stage_names), "source_files": chain.files,
+        "task_ids": chain.ids, "memory_limit": limit, "workers": [last.address]}
     if limit and _restarted_for_memory(client, last.address):
         terminate = dask.config.get("distributed.worker.memory.terminate")
         return WorkerMemoryError(
