@@ -13,6 +13,7 @@ from curator_dask.sample_data import generate_jsonl
 EXECUTOR_DEFAULTS = {"n_workers": 2, "progress": False}
 
 
+
 @pytest.fixture(scope="session", autouse=True)
 def job_index(tmp_path_factory):
     """Jobs the tests run (here and in the CLI subprocesses they start) are recorded in a
@@ -75,17 +76,46 @@ def jsonl_input(tmp_path):
                           seed=7)
 
 
+@pytest.fixture(scope="session")
+def shared_executor():
+    """The one ``DaskExecutor`` of this test process (a real LocalCluster, 2 worker processes,
+    no progress bars) that every module without needs of its own shares, as distributed's
+    ``gen_cluster``-style fixtures share one: tests that kill workers or drivers, stop runs or
+    reconfigure the cluster make their own. Started on first use."""
+    from curator_dask import DaskExecutor
+
+    with DaskExecutor(**EXECUTOR_DEFAULTS) as ex:
+        _SHARED.append(ex)
+        yield ex
+        _SHARED.remove(ex)
+
+
+_SHARED: list = []  # the shared executor, while the session holds it
+
+
+@pytest.fixture(scope="module")
+def no_shared_cluster():
+    """For a module that watches this process's own cluster processes (the forkserver and the
+    workers it forked, what starts at import): the shared cluster is closed first; its
+    executor starts a new one when a later module uses it."""
+    for ex in _SHARED:
+        ex.close()
+
+
 @pytest.fixture(scope="module")
 def executor(request):
-    """One ``DaskExecutor`` on a real LocalCluster per test module: 2 worker processes, no
-    progress bars. A module that needs another cluster sets ``EXECUTOR_KWARGS`` (merged over
-    these defaults) with a comment saying why.
+    """A ``DaskExecutor`` for the module's tests: the process's shared one
+    (:func:`shared_executor`), or, for a module that sets ``EXECUTOR_KWARGS`` (merged over
+    the defaults, with a comment saying why), one of its own for the module.
 
     Stages defined in test modules reach the workers by reference (``tests.…``): the workers
     are spawned with this process's ``sys.path``, which holds the repository root under pytest.
     """
+    own = getattr(request.module, "EXECUTOR_KWARGS", None)
+    if own is None:
+        yield request.getfixturevalue("shared_executor")
+        return
     from curator_dask import DaskExecutor
 
-    kwargs = {**EXECUTOR_DEFAULTS, **getattr(request.module, "EXECUTOR_KWARGS", {})}
-    with DaskExecutor(**kwargs) as ex:
+    with DaskExecutor(**{**EXECUTOR_DEFAULTS, **own}) as ex:
         yield ex

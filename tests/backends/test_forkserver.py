@@ -21,7 +21,8 @@ from curator_dask import DaskExecutor
 from curator_dask.backends.dask import forkserver
 from curator_dask.sample_data import generate_jsonl
 
-pytestmark = pytest.mark.slow
+# the forkserver and worker processes of this process are watched: no shared cluster alive
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_shared_cluster")]
 
 DRIVER_ONLY = "curator_dask_test_driver_only_state"  # stands for CUDA state of the driver
 

@@ -31,7 +31,8 @@ from curator_dask.sample_data import generate_jsonl
 from tests.backends.process_stages import RecordProcess
 from tests.helpers import poll_for
 
-pytestmark = pytest.mark.slow
+# the forkserver and worker processes of this process are watched: no shared cluster alive
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_shared_cluster")]
 
 FILES = 4
 KILL_PRELOAD = """

@@ -19,7 +19,8 @@ from curator_dask import DaskExecutor
 from curator_dask.backends.dask import local
 from tests.helpers import REPO_ROOT
 
-pytestmark = pytest.mark.slow
+# the forkserver and worker processes of this process are watched: no shared cluster alive
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_shared_cluster")]
 
 SCRIPT = """
 import json, multiprocessing.spawn, sys, time
