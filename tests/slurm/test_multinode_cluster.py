@@ -240,7 +240,10 @@ def test_a_node_lost_mid_run_the_run_completes_exactly_once(tmp_path, monkeypatc
     with private_cluster(tmp_path, nodes=4, cpus=1) as cluster:
         monkeypatch.setenv("SLURM_CONF", cluster.conf)
         kwargs = _cluster_kwargs(tmp_path)
+        # a cut-off host is found by TCP keepalive on the scheduler's side (in this process):
+        # 12 s (its least: 10 probes) instead of 30 s, the same mechanism sooner
         with dask.config.set({"distributed.deploy.lost-worker-timeout": "2s",
+                              "distributed.comm.timeouts.tcp": "12s",
                               "curator-dask.slurm.watchdog-interval": 1}), \
                 DaskExecutor(cluster="slurm", jobs=3, progress=False, fuse=fuse,
                              cluster_kwargs=kwargs) as executor:

@@ -162,7 +162,10 @@ def _input(folder: Path) -> None:
 def test_run_skips_counts_and_sets_aside(tmp_path: Path, executor, partition) -> None:
     _input(tmp_path / "in")
     out, aside = tmp_path / "out", tmp_path / "aside"
-    with pytest.raises(Exception, match="Malformed JSON in .*b.jsonl at line 2"):
+    # with row ranges the two bad lines may fall in two partitions, which fail on their own:
+    # the run reports whichever failed first
+    with pytest.raises(Exception, match=r"Malformed JSON in .*b.jsonl at line 2|b.jsonl is not "
+                                        r"JSON Lines \(one object per line\): line 5"):
         (Pipeline(name="bad-lines").add_stage(JsonlReader(str(tmp_path / "in"),
                                                           partition=partition))
          .add_stage(JsonlWriter(str(out))).run(executor=executor))
