@@ -64,6 +64,8 @@ def started_ids(marker: Path) -> list[str]:
     return marker.read_text().split() if marker.exists() else []
 
 
+# the drain thread must not fail when the run ended (and its client closed) before its cancel
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("fuse", [True, False], ids=["fused", "a-group-per-stage"])
 def test_a_chain_queued_on_the_worker_never_starts_after_the_stop(tmp_path, monkeypatch, fuse):
     """Fused, the queued chain is one task that the worker starts before the cancel arrives.
