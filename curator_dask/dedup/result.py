@@ -12,14 +12,14 @@ try:  # NeMo's own classes, so isinstance checks of NeMo users hold
     from nemo_curator.pipeline.workflow import WorkflowBase, WorkflowRunResult
 except ImportError:  # the own model without NeMo Curator
 
-    class WorkflowBase(ABC):  # type: ignore[no-redef]
+    class WorkflowBase(ABC):  # type: ignore[no-redef]  # NeMo's, when installed, above
         """A workflow: several pipeline runs behind one ``run``."""
 
         @abstractmethod
         def run(self, *args: Any, **kwargs: Any) -> WorkflowRunResult: ...
 
     @dataclass
-    class WorkflowRunResult:  # type: ignore[no-redef]
+    class WorkflowRunResult:  # type: ignore[no-redef]  # NeMo's, when installed, above
         """What a workflow returns: its name, the tasks of each pipeline, and metadata.
 
         Example:
