@@ -94,6 +94,19 @@ def test_the_server_is_reused_and_replaced_when_the_environment_changes(monkeypa
     _gone(first)  # the old server exited once its workers had
 
 
+def test_a_cluster_alive_beside_another_forks_from_the_same_server(monkeypatch):
+    """distributed's Nanny sets ``__DASK_PARENT_PID`` when the first cluster starts (process
+    titles): bookkeeping, not another environment. Counted, a second cluster alive beside the
+    first (a test suite's shared one) spawned its workers, about 1 s more for each."""
+    monkeypatch.delenv("__DASK_PARENT_PID", raising=False)  # as in a process's first cluster
+    with DaskExecutor(n_workers=1, progress=False):
+        server = forkserver.server_pid()
+        assert os.environ.get("__DASK_PARENT_PID") == str(os.getpid())
+        with DaskExecutor(n_workers=1, progress=False) as second:
+            assert second.cluster.curator_dask_start_method == "forkserver"
+            assert [v["ppid"] for v in _views(second)] == [server]
+
+
 def test_spawn_through_the_config():
     with (dask.config.set({"curator-dask.local-cluster.start-method": "spawn"}),
           DaskExecutor(n_workers=1, progress=False) as executor):

@@ -60,7 +60,9 @@ METHODS = ("forkserver", "spawn")
 _SERVER_MODULE = "curator_dask.backends.dask.forkserver_preload"
 
 # Variables that change during a process's life for bookkeeping only: not worth a new server.
-_VOLATILE = frozenset({PRELOAD_ENV, "PYTEST_CURRENT_TEST"})
+# distributed sets __DASK_PARENT_PID (process titles of the children) when the first cluster
+# starts: counted, it made every later cluster alive beside that one spawn its workers.
+_VOLATILE = frozenset({PRELOAD_ENV, "PYTEST_CURRENT_TEST", "__DASK_PARENT_PID"})
 
 _lock = threading.Lock()
 # pid: the server this module started, from process owner; key: its environment and modules;
