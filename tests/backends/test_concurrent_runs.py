@@ -54,15 +54,14 @@ def _in_threads(*jobs):
     return outcome
 
 
-def test_two_runs_at_once_on_one_entered_executor_both_complete(tmp_path):
+def test_two_runs_at_once_on_one_entered_executor_both_complete(executor, tmp_path):
     """The short run ends first; the long one still processes all of its sources (before
     the fix it returned normally with a few of its 24 sources done: the first run's end set
-    the executor's shared stop)."""
+    the executor's shared stop). The shared executor (tests/conftest.py) is an entered one."""
     short, short_out = _pipeline(tmp_path, "short", 0.0)
     long, long_out = _pipeline(tmp_path, "long", 0.05)
-    with DaskExecutor(n_workers=2, progress=False) as executor:
-        outcome = _in_threads(lambda: long.run(executor=executor),
-                              lambda: short.run(executor=executor))
+    outcome = _in_threads(lambda: long.run(executor=executor),
+                          lambda: short.run(executor=executor))
     for i, out in ((0, long_out), (1, short_out)):
         result = outcome[i]
         assert not isinstance(result, BaseException), repr(result)
@@ -87,6 +86,7 @@ def test_two_runs_at_once_on_an_executor_that_is_not_entered(tmp_path):
 def test_request_stop_reaches_every_run_in_progress(tmp_path):
     first, _ = _pipeline(tmp_path, "first", 0.3)
     second, _ = _pipeline(tmp_path, "second", 0.3)
+    # an executor of its own: request_stop stops every run in progress on it
     with DaskExecutor(n_workers=2, progress=False) as executor:
         jobs = (lambda: first.run(executor=executor), lambda: second.run(executor=executor))
         stopper = threading.Thread(target=lambda: (

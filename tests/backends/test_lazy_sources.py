@@ -225,7 +225,7 @@ def test_a_lazy_source_keeps_positions_of_filtered_outputs_and_refuses_failed_ta
         list(process_source(StageAdapter(Failing()), EmptyTask(), StageCount()))
 
 
-def test_a_lazy_source_is_torn_down_when_the_run_ends(tmp_path):
+def test_a_lazy_source_is_torn_down_when_the_run_ends(executor, tmp_path):
     torn = tmp_path / "torn"
 
     @dataclass
@@ -237,14 +237,14 @@ def test_a_lazy_source_is_torn_down_when_the_run_ends(tmp_path):
     marks.mkdir()
     p = Pipeline(name="lazy").add_stage(Counted(n=20, marks=str(marks))).add_stage(
         Mark(marks=str(marks)))
-    with DaskExecutor(n_workers=1, progress=False) as ex:
-        assert len(p.run(executor=ex)) == 20
+    assert len(p.run(executor=executor)) == 20
     assert torn.read_text() == "down"
 
 
 def test_a_run_stopped_while_its_lazy_source_still_gives_says_so_and_resumes(tmp_path):
     ckpt, marks = str(tmp_path / "ckpt"), tmp_path / "marks"
     marks.mkdir()
+    # a cluster of its own: the run is stopped, in a window of one source
     with DaskExecutor(n_workers=1, progress=False, max_in_flight=1,
                       max_sources_per_task=1) as ex:
         STOPPING[:] = [ex]

@@ -6,6 +6,7 @@ NeMo's Ray call-counter actor becomes a file with one line per ``process_batch``
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 
 import numpy as np
@@ -21,15 +22,18 @@ STAGE_NAMES = ["jsonl_reader", "add_length", "split_into_rows", "add_length",
                "stage_with_setup", "jsonl_writer"]
 
 
-# Two executor shapes: the default (sources packed into Dask tasks when they are small) and one
-# source per Dask task with a narrow window; neither may change a call, an id or a record.
+# Two executor shapes: the default (sources packed into Dask tasks when they are small), the
+# process's shared one (tests/conftest.py), and one source per Dask task with a narrow window,
+# on a cluster of its own (its settings differ); neither may change a call, an id or a record.
 @pytest.fixture(scope="module", params=[{}, {"max_sources_per_task": 1, "max_in_flight": 1}],
                 ids=["default", "one-source-per-task"])
 def run(request, tmp_path_factory):
     root = tmp_path_factory.mktemp("integration")
     write_integration_input(root / "input")
     counter = root / "call_counters.txt"
-    with DaskExecutor(n_workers=2, progress=False, **request.param) as executor:
+    shape = (DaskExecutor(n_workers=2, progress=False, **request.param) if request.param
+             else contextlib.nullcontext(request.getfixturevalue("executor")))
+    with shape as executor:
         tasks = integration_pipeline(root / "input", root / "output", counter).run(
             executor=executor)
     return root, tasks, counter

@@ -2,7 +2,8 @@
 refused before anything is processed (it would write their output twice); the same grouping,
 added files in partitions of their own, and checkpoints without a record are accepted.
 
-Real LocalCluster (the module's shared ``executor``), real files and LMDB checkpoints.
+Real LocalCluster (the test process's shared ``executor``, tests/conftest.py), real files
+and LMDB checkpoints.
 """
 
 from __future__ import annotations
@@ -183,8 +184,6 @@ def test_a_version_1_record_is_read_and_rewritten_compact(tmp_path):
 
 
 # -- real runs -----------------------------------------------------------------------------------
-
-EXECUTOR_KWARGS = {"n_workers": 1}  # small files, one worker process is plenty
 
 
 def pipeline(tmp_path: Path, **partitioning) -> Pipeline:

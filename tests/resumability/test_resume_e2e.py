@@ -95,11 +95,12 @@ def test_m_to_k_batch_logs_the_contract_warning_and_stays_pending(executor, data
     assert again.skipped_sources == 0
 
 
-def test_killed_worker_task_reruns_and_counts_stay_exact(data):
+def test_killed_worker_task_reruns_and_counts_stay_exact(executor, data):
     ckpt = str(data / "ckpt")
     marker = str(data / "killed")
     # Unfused: the reader group's outputs live on the worker that is killed, so Dask
-    # recomputes them and their deltas arrive twice; dedup must keep the counts exact.
+    # recomputes them and their deltas arrive twice; dedup must keep the counts exact. A
+    # cluster of its own: a worker is killed.
     with DaskExecutor(n_workers=2, progress=False, fuse=False) as ex:
         result = pipeline(data, KillWorkerOnce(victim_id="2-0", marker=marker)).run(
             executor=ex, checkpoint_path=ckpt)
@@ -108,8 +109,7 @@ def test_killed_worker_task_reruns_and_counts_stay_exact(data):
     summary = result.checkpoint
     assert summary["completed"] == 6 and summary["pending"] == 0
     assert len(completed_ids(ckpt)) == 6
-    with DaskExecutor(n_workers=1, progress=False) as ex:
-        again = pipeline(data, KillWorkerOnce()).run(executor=ex, checkpoint_path=ckpt)
+    again = pipeline(data, KillWorkerOnce()).run(executor=executor, checkpoint_path=ckpt)
     assert (again.skipped_sources, len(again)) == (6, 0)
 
 
@@ -161,7 +161,8 @@ def test_memory_checkpoint_and_output(tmp_path):
     try:
         for i in range(3):
             fs.pipe(f"{root}/in/p{i}.jsonl", f'{{"id": "{i}", "text": "t{i}"}}\n'.encode())
-        # memory:// is per process: run the cluster's workers as threads of this process.
+        # memory:// is per process: run the cluster's workers as threads of this process (a
+        # cluster of its own).
         with DaskExecutor(n_workers=1, progress=False,
                           cluster_kwargs={"processes": False}) as ex:
             def make():

@@ -20,7 +20,7 @@ import lmdb
 import pyarrow as pa
 import pytest
 
-from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
+from curator_dask import JsonlReader, JsonlWriter, Pipeline
 from curator_dask.backends.dask.plan import build_plan
 from curator_dask.errors import StageError
 from curator_dask.jobs.events import read_events
@@ -301,7 +301,8 @@ def test_cleanup_all_also_when_the_run_fails(executor, tmp_path, retention, left
     assert len(list((tmp_path / "c").iterdir())) == 1  # `cheap` ran, and saved, before the error
 
 
-# Run with the repository root on PYTHONPATH (its workers inherit the driver's sys.path).
+# A driver of its own, in a subprocess the test SIGKILLs (its cluster dies with it). Run with
+# the repository root on PYTHONPATH (its workers inherit the driver's sys.path).
 RUNNER = textwrap.dedent("""
     from tests.resumability.resume_test_stages import Cheap, Expensive
     from curator_dask import DaskExecutor, JsonlReader, JsonlWriter, Pipeline
@@ -324,7 +325,8 @@ def flip_middle_byte(data: bytes) -> bytes:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "one-byte-flipped"])
-def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_path, damage):
+def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(executor, tmp_path,
+                                                                          damage):
     generate_jsonl(str(tmp_path / "in"), files=4, docs_per_file=3, seed=7)
     paths = {"inp": str(tmp_path / "in"),
              "calls": str(tmp_path / "calls"), "gate": str(tmp_path / "gate"),
@@ -376,10 +378,10 @@ def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_pat
     p.add_stage(Expensive(calls_dir=str(tmp_path / "calls"), gate=str(tmp_path / "gate"),
                           free_ids=("0-0", "1-0")))
     p.add_stage(JsonlWriter(path=str(tmp_path / "out")))
-    with DaskExecutor(n_workers=1, threads_per_worker=2, progress=False) as ex:
-        result = p.run(executor=ex, checkpoint_path=str(ckpt), work_dir=str(tmp_path / "jobs"),
-                       resume="kill", stage_checkpoints={"strategy": "manual",
-                                                        "stages": ["cheap"]})
+    # the resume and the clean run on the module's cluster (EXECUTOR_KWARGS); the killed run
+    # above was a driver of its own, in a subprocess
+    result = p.run(executor=executor, checkpoint_path=str(ckpt), work_dir=str(tmp_path / "jobs"),
+                   resume="kill", stage_checkpoints={"strategy": "manual", "stages": ["cheap"]})
     assert result.skipped_sources == 2
     assert calls(tmp_path / "calls", "cheap") == [victim]  # not `intact`
     assert calls(tmp_path / "calls", "expensive") == sorted(pending)
@@ -394,8 +396,7 @@ def test_killed_during_the_expensive_stage_resumes_without_the_cheap_one(tmp_pat
     clean.add_stage(Cheap(calls_dir=str(tmp_path / "calls-clean")))
     clean.add_stage(Expensive(calls_dir=str(tmp_path / "calls-clean")))
     clean.add_stage(JsonlWriter(path=str(tmp_path / "clean")))
-    with DaskExecutor(n_workers=1, progress=False) as ex:
-        clean.run(executor=ex)
+    clean.run(executor=executor)
     assert outputs(tmp_path / "out") == outputs(tmp_path / "clean")
     assert entries(ckpt) == []
     plan = json.loads((tmp_path / "jobs" / "kill" / "dag_execution_plan.json").read_text())

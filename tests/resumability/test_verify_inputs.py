@@ -17,9 +17,6 @@ from curator_dask.resumability.input_check import InputChangedError, InputCheck
 from curator_dask.sample_data import generate_jsonl
 
 pytestmark = pytest.mark.slow
-# The shared `executor` fixture (tests/conftest.py) with one worker, as this module's own
-# fixture had it: its runs were written against one worker process.
-EXECUTOR_KWARGS = {"n_workers": 1}
 
 
 def pipeline(tmp_path: Path) -> Pipeline:
