@@ -16,6 +16,10 @@ import pytest
 from curator_dask.backends.dask import driver_gc
 from curator_dask.backends.dask.driver_gc import frozen_heap
 
+# The freeze count is the process's: the threads of a cluster alive in this process (the
+# suite's shared one) free frozen objects meanwhile and lower it, so none may be alive here.
+pytestmark = pytest.mark.usefixtures("no_shared_cluster")
+
 
 @pytest.fixture(autouse=True)
 def unfrozen():
