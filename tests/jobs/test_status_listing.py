@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -187,17 +188,19 @@ def test_status_at_a_terminal_keeps_each_job_on_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "index.json"))
     work_dir = tmp_path / "projects" / ("nested-" * 20) / "curator-dask-jobs"
-    ids = []
+    ids, started = [], {}
     for _ in range(3):
         job = JobRun([Source()], work_dir=str(work_dir), heartbeat=3600)
         job.finish("completed")
         ids.append(job.job_id)
+        started[job.job_id] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(job.started))
     status, out = in_terminal([*CLI, "status", "--work-dir", str(work_dir)], cwd=tmp_path)
     assert os.waitstatus_to_exitcode(status) == 0, out
     rows = [line for line in out.splitlines() if "│" in line]
     assert len(rows) == len(ids), out  # no row wrapped onto a second line
-    # oldest first: the ids begin with their start time
-    assert [row.split()[0] for row in rows] == sorted(ids), out
+    # oldest first: by the second each started (the summary's), then by id (an id's time is
+    # its making, which may fall in the second before its start)
+    assert [row.split()[0] for row in rows] == sorted(ids, key=lambda i: (started[i], i)), out
     assert all(len(line) <= 120 for line in out.splitlines()), out
     folders = [row.rsplit("│", 1)[1].strip() for row in rows]
     assert all(f.startswith("~/pro") and "…" in f and f.endswith("-jobs") for f in folders), out
