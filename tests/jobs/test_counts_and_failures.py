@@ -102,9 +102,12 @@ def test_a_failed_job_counts_the_failure_and_keeps_the_stages_that_ran(executor,
     stages = {r["stage"]: r for r in summary["stages"]}
     assert list(stages) == ["file_partitioning", "jsonl_reader", "fail_on", "jsonl_writer"]
     assert stages["file_partitioning"]["tasks_out"] == 8
-    # every source the driver collected passed each stage once
-    assert (stages["jsonl_reader"]["tasks_in"] == stages["fail_on"]["tasks_out"]
-            == stages["jsonl_writer"]["tasks_out"] == src["completed"])
+    # every source the driver collected passed each stage once; the completed count is the
+    # checkpoint's (RunEnd.recorded), which also holds a chain that finished on the cluster
+    # while the failure ended the run, before the driver collected it
+    collected = stages["jsonl_writer"]["tasks_out"]
+    assert stages["jsonl_reader"]["tasks_in"] == stages["fail_on"]["tasks_out"] == collected
+    assert collected <= src["completed"], (collected, src)
     assert summary["failed_stage"] == "fail_on"
     text = rendered(summary)
     assert "fail_on (raised)" in text and "0 in flight" in text
