@@ -36,6 +36,9 @@ are re-raised on the driver).
 | `ExecutorBusyError` | `curator_dask.dedup.admission` | `RuntimeError` | a deduplication workflow was started on a `DaskExecutor` that runs another one; before any step |
 | `CacheInUseError` | `curator_dask.dedup.cache_lock` | `RuntimeError` | another run (its host and pid named) holds the deduplication cache's lock; before any step |
 | `NonUniqueIdsError` | `curator_dask.dedup.exact_ids` | `ValueError` | the corpus's own ids (`assign_id=False`) name several documents: names an id and its count |
+| `RecipeError` | `curator_dask.data_juicer.recipe` | `ValueError` | a Data-Juicer recipe cannot run: unknown operator (with the closest names), misspelled or mistyped parameter, dataset-level operator other than a deduplicator, GPU operator without a GPU, missing resource, `dataset_path` with no file; before any cluster starts |
+| `PartitionChangedError` | `curator_dask.data_juicer.executor` | `ValueError` | `--resume` of a recipe job whose input rows changed inside a partition with a checkpoint: names the partition and its rows; before any operator runs, checkpoints kept |
+| `DeduplicatorParamError` | `curator_dask.data_juicer.dedup` | `ValueError` | a Data-Juicer deduplicator's parameter has no equivalent on Dask (a Ray variant's), or a value Data-Juicer refuses (`backend`, SimHash `num_blocks`) |
 | `RayOnlyStageError` | `curator_dask.nemo.checks` | `ValueError` | a NeMo Curator stage that needs a Ray cluster was given to `DaskExecutor` |
 | `ResumeMismatchError` | `curator_dask.jobs.job` | `ValueError` | a job resumed with another configuration or other inputs; names each change |
 | `JobNotFoundError` | `curator_dask.jobs.index` | `FileNotFoundError` | no job of that id in the work dir or the job index (CLI exit code 2) |
