@@ -115,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code."""
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["run"] and "-h" not in raw and "--help" not in raw:
+        from curator_dask.cli import data_juicer
+
+        if data_juicer.recipe_argument(raw[1:]) is not None:  # a Data-Juicer recipe
+            _configure_logging(0)
+            return _dispatch(parser.prog, "run", 0, lambda: data_juicer.cmd_dj_run(raw[1:]))
     args, unknown = parser.parse_known_args(raw)
     if unknown:
         _unrecognized(parser, args, unknown)  # exits
@@ -123,23 +129,26 @@ def main(argv: list[str] | None = None) -> int:
     func = getattr(args, "func", None)
     if func is None:
         parser.error(f"unknown command {args.command!r}")  # exits
+    return _dispatch(parser.prog, args.command, args.verbose, lambda: func(args))
+
+
+def _dispatch(prog: str, command: str, verbose: int, call: Any) -> int:
+    """Run a command's handler; every failure becomes one line and an exit code."""
     try:
-        return func(args)
+        return int(call())
     except (UsageError, NotImplementedError) as exc:
-        print(f"{parser.prog} {args.command}: error: {_said(exc, args.verbose)}",
-              file=sys.stderr)
+        print(f"{prog} {command}: error: {_said(exc, verbose)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # a RunInterrupted says what completed and what next
-        print(f"{parser.prog} {args.command}: {_said(exc, args.verbose) or 'interrupted'}",
-              file=sys.stderr)
+        print(f"{prog} {command}: {_said(exc, verbose) or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 (the CLI reports every failure the same way)
-        if args.verbose:
+        if verbose:
             import traceback
 
             traceback.print_exc()
-        print(f"{parser.prog} {args.command}: failed: {type(exc).__name__}: "
-              f"{_said(exc, args.verbose)}", file=sys.stderr)
+        print(f"{prog} {command}: failed: {type(exc).__name__}: {_said(exc, verbose)}",
+              file=sys.stderr)
         return EXIT_FAILED
 
 
