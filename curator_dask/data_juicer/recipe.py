@@ -21,6 +21,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,9 +144,11 @@ def load_recipe(path: str, overrides: list[str] | None = None) -> Recipe:
     _check_dataset_path(spec, path, os.getcwd())
     spec["executor_type"] = "ray_partitioned"
     cfg = _parse(spec, overrides, path, base)
+    cfg.config = [os.path.abspath(path)]  # the user's recipe, not the copy the parser read
     recipe = Recipe(cfg=cfg, path=os.path.abspath(path), executor_type=executor_type,
                     process=list(cfg.process or []))
-    check_ops(recipe)
+    with _quiet_loguru():
+        check_ops(recipe)
     return recipe
 
 
@@ -158,7 +161,8 @@ def _parse(spec: dict[str, Any], overrides: list[str], path: str, base: str) -> 
     err = io.StringIO()
     try:
         with _quiet_loguru(), contextlib.redirect_stderr(err):
-            return init_configs(["--config", tmp.name, *overrides], load_configs_only=True)
+            return init_configs(["--config", tmp.name, *overrides],
+                                load_configs_only=True)
     except SystemExit:
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         msg = f"recipe {path!r}: {lines[-1] if lines else 'refused by Data-Juicer parser'}"
@@ -172,18 +176,21 @@ def _parse(spec: dict[str, Any], overrides: list[str], path: str, base: str) -> 
 
 @contextlib.contextmanager
 def _quiet_loguru() -> Any:
-    """Data-Juicer logs each config step with loguru at INFO; a recipe's refusal is one line,
-    so below WARNING it stays quiet while the recipe is read."""
+    """Data-Juicer logs each config step with loguru, and an operator whose download fails
+    logs its traceback: while the recipe is read and its operators built, nothing of that
+    reaches the terminal (a refusal is one line); afterwards loguru says warnings and errors
+    on stderr."""
     import sys
 
     from loguru import logger as loguru
 
     loguru.remove()
-    sink = loguru.add(sys.stderr, level="WARNING")
     try:
-        yield
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            yield
     finally:
-        loguru.remove(sink)
+        loguru.remove()
+        loguru.add(sys.stderr, level="WARNING")
 
 
 def check_ops(recipe: Recipe) -> None:
@@ -223,9 +230,34 @@ def _gpu_here() -> bool:
     return bool(torch.cuda.is_available())
 
 
+_URL = re.compile(r"https?://[^\s'\"),]+")
+_HOST_PATH = re.compile(r"host='([^']+)'.*?url: (/\S+?)[\s(]")
+_RESOURCE_FILE = re.compile(
+    r"\[([^\]/]+\.[A-Za-z0-9]+)\]|/([^/\s]+\.(?:json|bin|model|txt|arpa|zip|gz))")
+
+
 def _resource_message(name: str, exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return (f"operator {name!r} could not be built: {text}; if it needs a model or word list "
-            "that cannot be downloaded here, put the file in Data-Juicer's cache "
-            "(DATA_JUICER_MODELS_CACHE / DATA_JUICER_ASSETS_CACHE, default "
-            "~/.cache/data_juicer) and run again")
+    """One line for an operator that could not be built: which resource, where to get it and
+    where Data-Juicer looks for it, when the failure was a download."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    urls = _URL.findall(text)
+    host_path = _HOST_PATH.search(text)
+    if not urls and host_path:
+        urls = [f"https://{host_path.group(1)}{host_path.group(2)}"]
+    found = _RESOURCE_FILE.search(text)
+    if urls or "download" in text.lower():
+        from data_juicer.utils.cache_utils import (
+            DATA_JUICER_ASSETS_CACHE,
+            DATA_JUICER_MODELS_CACHE,
+        )
+
+        resource = next((g for g in found.groups() if g), None) if found else None
+        is_model = "model" in text.lower() and "models" in (urls[0] if urls else "models")
+        folder = DATA_JUICER_MODELS_CACHE if is_model else DATA_JUICER_ASSETS_CACHE
+        variable = "DATA_JUICER_MODELS_CACHE" if is_model else "DATA_JUICER_ASSETS_CACHE"
+        where = f" from {urls[0]}" if urls else ""
+        return (f"operator {name!r} needs {resource or 'a resource'}, which cannot be "
+                f"downloaded on this machine ({type(exc).__name__}): download it{where} where "
+                f"the network allows and put it in {folder} (or point {variable} at its "
+                "folder), then run again")
+    return f"operator {name!r} could not be built: {type(exc).__name__}: {text[:300]}"
