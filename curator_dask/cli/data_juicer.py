@@ -64,6 +64,28 @@ def _executor(args: argparse.Namespace) -> Any:
     return run_executor(args)
 
 
+def _resume_command(argv: list[str], job_id: str) -> str:
+    """The command that resumes this job: this one, with ``--resume JOB`` (and without
+    ``--job-id``, which the resume names)."""
+    import shlex
+
+    from curator_dask.cli.common import PROG
+
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--resume", "--job-id", "--job_id"):
+            skip = True
+            continue
+        if arg.startswith(("--resume=", "--job-id=", "--job_id=")):
+            continue
+        kept.append(arg)
+    return shlex.join([*PROG.split(), "run", *kept, "--resume", job_id])
+
+
 def cmd_dj_run(argv: list[str]) -> int:
     """Run the Data-Juicer recipe of ``argv`` (``run``'s arguments); returns the exit code."""
     args, rest = _parser().parse_known_args(argv)
@@ -91,7 +113,8 @@ def cmd_dj_run(argv: list[str]) -> int:
     executor = _executor(args)
     runner = DataJuicerDaskExecutor(recipe.cfg, executor=executor,
                                     fast_ops=not args.no_fast_ops, resume=args.resume,
-                                    announce=True, executor_type=recipe.executor_type)
+                                    announce=True, executor_type=recipe.executor_type,
+                                    command=_resume_command(argv, recipe.job_id))
     try:
         result = runner.run()
     except (RecipeError, PartitionChangedError) as exc:

@@ -175,12 +175,16 @@ class DataJuicerDaskExecutor:
             operators (``fast_ops.py``); ``False`` runs Data-Juicer's own code everywhere.
         resume: a job id to resume (``--resume``): its partitions restart after their last
             checkpoint.
-        announce: print the "Resume token" line and a summary as ``dj-process`` does.
+        announce: print the "Resume token" line as Data-Juicer's partitioned executor does
+            (a new job with checkpoints).
+        executor_type: the recipe's ``executor_type`` (all run on Dask; it is recorded).
+        command: the command line that resumes the job (``job_summary.json``'s
+            ``resumption_command``; default ``python -m curator_dask run RECIPE --resume ID``).
     """
 
     def __init__(self, cfg: Any, *, executor: Any = None, fast_ops: bool = True,
                  resume: str | None = None, announce: bool = False,
-                 executor_type: str | None = None) -> None:
+                 executor_type: str | None = None, command: str | None = None) -> None:
         if isinstance(cfg, str):
             from curator_dask.data_juicer.recipe import load_recipe
 
@@ -189,6 +193,7 @@ class DataJuicerDaskExecutor:
         self.cfg = cfg
         self.executor_type = executor_type or str(getattr(cfg, "executor_type", "default"))
         self.fast_ops = fast_ops
+        self.command = command
         self.resume = resume or getattr(cfg, "resume", None)
         self.announce = announce
         self._own_executor = executor is None
@@ -247,16 +252,17 @@ class DataJuicerDaskExecutor:
         client = self._client()
         previous = self._install_stop()
         try:
-            self.folder.start(_job_config(self.cfg, self.executor_type), len(self.process),
-                              resuming=resumed)
-            if self.announce:
-                print(self.folder.resume_token_line(), flush=True)
             counts = client.gather(client.map(_count_file, files, text_keys=self.text_keys,
                                               pure=False))
             total = sum(c[0] for c in counts)
             total_bytes = sum(c[1] for c in counts)
             n_parts = partition_count(self.cfg.get("partition"), total, total_bytes,
                                       int(self.cfg.get("np") or 1))
+            self.folder.start(_job_config(self.cfg, self.executor_type), len(self.process),
+                              total_partitions=n_parts, resuming=resumed,
+                              resumption_command=self.command)
+            if self.announce and not resumed and checkpoints:
+                print(self.folder.resume_token_line(), flush=True)
             bounds = balanced_bounds(total, n_parts)
             pieces = _pieces(files, [c[0] for c in counts], bounds)
             parts = [client.submit(_load_partition, p, self.text_keys, pure=False)
@@ -516,9 +522,15 @@ def _text_keys(cfg: Any) -> list[str]:
 
 
 def _job_config(cfg: Any, executor_type: str) -> dict[str, Any]:
-    return {"dataset_path": str(cfg.get("dataset_path")), "work_dir": str(cfg.work_dir),
+    def plain(value: Any) -> Any:
+        return value.as_dict() if hasattr(value, "as_dict") else value
+
+    config = cfg.get("config")
+    return {"config": [str(c) for c in config] if config else None,
+            "dataset_path": str(cfg.get("dataset_path")), "work_dir": str(cfg.work_dir),
             "export_path": str(cfg.export_path), "executor_type": "dask",
-            "recipe_executor_type": executor_type, "np": cfg.get("np")}
+            "recipe_executor_type": executor_type, "np": cfg.get("np"),
+            "partition": plain(cfg.get("partition")), "checkpoint": plain(cfg.get("checkpoint"))}
 
 
 __all__ = ["DataJuicerDaskExecutor", "DataJuicerRunResult", "OpCount", "PartitionChangedError",
