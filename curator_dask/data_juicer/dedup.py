@@ -135,25 +135,75 @@ def run_deduplicator(client: distributed.Client, op_cfg: dict[str, Any],
     Example:
         >>> # kept = run_deduplicator(client, {"document_deduplicator": {}}, parts)
     """
-    import dask
+    op_cfg, name = _checked(op_cfg)
+    if not parts:
+        return []
+    hashed = [client.submit(hash_partition, op_cfg, p, pure=False) for p in parts]
+    keys = [_delayed_keys(partition_keys, h, i, name) for i, h in enumerate(hashed)]
+    routed = _routed(client, op_cfg, name, keys)
+    total = client.submit(_total_rows, hashed, pure=False) if name == MINHASH else None
+    drop = MINHASH_COLUMN if name == MINHASH else None
+    return [client.submit(keep_rows, h, r, drop, total, pure=False)
+            for h, r in zip(hashed, routed, strict=True)]
+
+
+def run_deduplicator_files(client: distributed.Client, op_cfg: dict[str, Any],
+                           sources: list[str], hashed: list[str], outputs: list[str]
+                           ) -> list[int]:
+    """:func:`run_deduplicator` over Parquet files, for partitions that do not all fit in
+    the cluster's memory: partition ``i`` is read from ``sources[i]``, written with its hash
+    column to ``hashed[i]``, and its kept rows to ``outputs[i]`` (each file whole or absent:
+    written under a temporary name, then renamed). A task holds one partition; what crosses
+    the shuffle is each row's position and hash. Returns the rows kept per partition."""
     import distributed
 
-    from curator_dask.dedup.phases import quiet_shuffle_notices
+    op_cfg, name = _checked(op_cfg)
+    if not sources:
+        return []
+    done = client.map(_hash_file, [op_cfg] * len(sources), sources, hashed, pure=False)
+    keys = [_delayed_keys(_file_keys, path, i, name, after=d)
+            for i, (path, d) in enumerate(zip(hashed, done, strict=True))]
+    routed = _routed(client, op_cfg, name, keys)
+    total = sum(client.gather(done)) if name == MINHASH else None
+    drop = MINHASH_COLUMN if name == MINHASH else None
+    kept = client.map(_keep_file, hashed, routed, outputs, drop_column=drop, total_rows=total,
+                      pure=False)
+    distributed.wait(kept)
+    return [int(n) for n in client.gather(kept)]
 
+
+def _checked(op_cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     op_cfg = equivalent_entry(op_cfg)
     name = op_name(op_cfg)
     if name not in DEDUP_OPS:
         msg = f"{name} is not a deduplicator run on Dask; the ones run are {sorted(DEDUP_OPS)}"
         raise DeduplicatorParamError(msg)
-    if not parts:
-        return []
-    hashed = [client.submit(hash_partition, op_cfg, p, pure=False) for p in parts]
-    keys = [dask.delayed(partition_keys)(h, i, name) for i, h in enumerate(hashed)]
-    meta = partition_keys(pa.table({}), 0, name)
-    import dask.dataframe as dd
+    return op_cfg, name
 
+
+def _delayed_keys(fn: Any, source: Any, index: int, name: str, after: Any = None) -> Any:
+    import dask
+
+    if after is None:
+        return dask.delayed(fn)(source, index, name)
+    return dask.delayed(_after)(after, fn, source, index, name)
+
+
+def _after(_done: Any, fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+def _routed(client: distributed.Client, op_cfg: dict[str, Any], name: str, keys: list[Any]
+            ) -> list[distributed.Future]:
+    """The decision across partitions on the cluster: each partition's dropped positions."""
+    import dask.dataframe as dd
+    import distributed
+
+    from curator_dask.dedup.phases import quiet_shuffle_notices
+
+    meta = partition_keys(pa.table({}), 0, name)
     frame = dd.from_delayed(keys, meta=meta, verify_meta=False)
-    nparts = len(parts)
+    nparts = len(keys)
     if name == EXACT:
         dropped = _exact_dropped(frame, nparts)
     elif name == MINHASH:
@@ -163,10 +213,41 @@ def run_deduplicator(client: distributed.Client, op_cfg: dict[str, Any],
     with quiet_shuffle_notices():
         routed = client.compute(_by_partition(dropped, nparts).to_delayed())
         distributed.wait(routed)
-    total = client.submit(_total_rows, hashed, pure=False) if name == MINHASH else None
-    drop = MINHASH_COLUMN if name == MINHASH else None
-    return [client.submit(keep_rows, h, r, drop, total, pure=False)
-            for h, r in zip(hashed, routed, strict=True)]
+    return list(routed)
+
+
+def _write_atomically(table: pa.Table, path: str) -> None:
+    import os
+
+    import pyarrow.parquet as pq
+
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def _hash_file(op_cfg: dict[str, Any], source: str, target: str) -> int:
+    import pyarrow.parquet as pq
+
+    table = hash_partition(op_cfg, pq.read_table(source))
+    _write_atomically(table, target)
+    return int(table.num_rows)
+
+
+def _file_keys(path: str, index: int, name: str) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    column = _HASH_FIELDS[name if name in _HASH_FIELDS else EXACT][0]
+    return partition_keys(pq.read_table(path, columns=[column]), index, name)
+
+
+def _keep_file(source: str, dropped: pd.DataFrame, target: str, drop_column: str | None,
+               total_rows: int | None) -> int:
+    import pyarrow.parquet as pq
+
+    table = keep_rows(pq.read_table(source), dropped, drop_column, total_rows)
+    _write_atomically(table, target)
+    return int(table.num_rows)
 
 
 def hash_partition(op_cfg: dict[str, Any], table: pa.Table) -> pa.Table:
