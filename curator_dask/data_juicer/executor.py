@@ -45,6 +45,7 @@ from curator_dask.data_juicer.ops import (
 from curator_dask.data_juicer.partitions import balanced_bounds, partition_count
 from curator_dask.data_juicer.recipe import RecipeError
 from curator_dask.errors import CuratorDaskError, RunStopped
+from curator_dask.jobs.index import record_job
 
 logger = logging.getLogger(__name__)
 
@@ -79,48 +80,76 @@ class DataJuicerRunResult:
 
 
 # ---- worker tasks (module level: they travel by reference) ---------------------------------
+# A partition travels between tasks as a file, never as a table the driver or the cluster
+# keeps: its input pieces, a checkpoint, or a stage file of the job's work folder. So a
+# worker holds the partitions it is running, whatever the size of the corpus.
+
+Source = tuple[str, Any]  # ("pieces", [(path, start, end), ...]) or ("file", parquet path)
+
 
 def _count_file(path: str, text_keys: list[str]) -> tuple[int, int]:
     table = dj_io.read_file(path, text_keys)
     return table.num_rows, table.nbytes
 
 
-def _load_partition(pieces: list[tuple[str, int, int]], text_keys: list[str]) -> pa.Table:
+def _load(source: Source, text_keys: list[str]) -> pa.Table:
+    kind, value = source
+    if kind == "file":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(value)
     tables = [dj_io.read_file(path, text_keys).slice(start, end - start)
-              for path, start, end in pieces]
+              for path, start, end in value]
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables, promote_options="default")
 
 
-def _hashes(table: pa.Table) -> dict[str, Any]:
+def _partition_hashes(source: Source, text_keys: list[str]) -> dict[str, Any]:
     from curator_dask.data_juicer.job_folder import table_hashes
 
-    return dict(table_hashes(table))
+    return dict(table_hashes(_load(source, text_keys)))
 
 
-def _read_checkpoint(path: str) -> pa.Table:
+def _write_file(table: pa.Table, path: str) -> None:
     import pyarrow.parquet as pq
 
-    return pq.read_table(path)
-
-
-def _write_checkpoint(table: pa.Table, path: str) -> None:
-    import pyarrow.parquet as pq
-
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     pq.write_table(table, tmp)
-    os.replace(tmp, path)  # a checkpoint file is whole or absent
+    os.replace(tmp, path)  # a checkpoint or stage file is whole or absent
 
 
-def _run_segment(table: pa.Table, entries: list[tuple[int, dict[str, Any]]],
-                 checkpoints: dict[int, str], fast: bool
-                 ) -> tuple[pa.Table, list[tuple[int, int, int, float]]]:
+@dataclass(frozen=True)
+class ExportSpec:
+    """Where a partition's rows go at the end: its part file (and stats part)."""
+
+    path: str
+    stats_path: str
+    suffix: str
+    keep_stats: bool
+    keep_hashes: bool
+
+
+@dataclass
+class SegmentResult:
+    """What a segment task sends back: counts only (a few numbers an operator)."""
+
+    counts: list[tuple[int, int, int, float]]
+    rows: int
+    exported: tuple[int, int, int, bool] | None = None  # rows, bytes, arrow bytes, has stats
+
+
+def _run_segment(source: Source, text_keys: list[str], entries: list[tuple[int, dict[str, Any]]],
+                 checkpoints: dict[int, str], fast: bool, out: str | None,
+                 export: ExportSpec | None) -> SegmentResult:
     """Consecutive Mappers and Filters over one partition in one task: the columns go from
     one operator to the next without materialising, and become a table again where a
-    checkpoint is asked for and at the end."""
+    checkpoint is asked for and at the end, written to ``out`` (a later stage reads it) or
+    exported as the partition's part of the result."""
     from curator_dask.data_juicer.fast_ops import fast_equivalent
 
+    table = _load(source, text_keys)
     cols, json_cols = dj_io.columns_of(table)
     counts = []
     for index, entry in entries:
@@ -131,27 +160,28 @@ def _run_segment(table: pa.Table, entries: list[tuple[int, dict[str, Any]]],
         cols = run_per_row(op, cols, equivalent, json_cols)
         counts.append((index, before, rows_of(cols), time.perf_counter() - start))
         if index in checkpoints:
-            _write_checkpoint(_table(cols, json_cols, table), checkpoints[index])
-    return _table(cols, json_cols, table), counts
+            _write_file(dj_io.table_of(cols, json_cols), checkpoints[index])
+    if entries:
+        table = dj_io.table_of(cols, json_cols)
+    if out is not None and out not in checkpoints.values():
+        _write_file(table, out)
+    exported = _export_part(table, export) if export is not None else None
+    return SegmentResult(counts, table.num_rows, exported)
 
 
-def _table(cols: dict[str, list[Any]], json_cols: set[str], like: pa.Table) -> pa.Table:
-    if not cols or not rows_of(cols):
-        return like.slice(0, 0)
-    return dj_io.table_of(cols, json_cols)
+def _export_part(table: pa.Table, spec: ExportSpec) -> tuple[int, int, int, bool]:
+    stats = [c for c in (dj_io.STATS, dj_io.META) if c in table.column_names]
+    if stats:
+        dj_io.write_part(table.select(stats), spec.stats_path, "jsonl")
+    result = dj_io.export_columns(table, spec.keep_stats, spec.keep_hashes)
+    return (result.num_rows, dj_io.write_part(result, spec.path, spec.suffix), result.nbytes,
+            bool(stats))
 
 
-def _export_part(table: pa.Table, path: str, stats_path: str | None, suffix: str,
-                 keep_stats: bool, keep_hashes: bool) -> tuple[int, int, int]:
-    if stats_path is not None:
-        columns = [c for c in (dj_io.STATS, dj_io.META) if c in table.column_names]
-        dj_io.write_part(table.select(columns), stats_path, "jsonl")
-    result = dj_io.export_columns(table, keep_stats, keep_hashes)
-    return result.num_rows, dj_io.write_part(result, path, suffix), result.nbytes
-
-
-def _has_columns(table: pa.Table, names: tuple[str, ...]) -> bool:
-    return any(n in table.column_names for n in names)
+def _export_file(source: Source, text_keys: list[str], spec: ExportSpec
+                 ) -> SegmentResult:
+    table = _load(source, text_keys)
+    return SegmentResult([], table.num_rows, _export_part(table, spec))
 
 
 # ---- the executor ------------------------------------------------------------------------
@@ -243,8 +273,8 @@ class DataJuicerDaskExecutor:
         Data-Juicer's stopper or a signal stopped it."""
         self._kinds = [DEDUP if _is_dedup(e) else op_kind(built_op(e)) for e in self.process]
         if self.executor_type != "dask":
-            logger.warning("executor_type %s: this recipe runs on Dask (curator_dask)",
-                           self.executor_type)
+            logger.info("executor_type %s: this recipe runs on Dask (curator_dask)",
+                        self.executor_type)
         started = time.time()
         files = dj_io.dataset_files(str(self.cfg.dataset_path), os.getcwd())
         checkpoints = self._checkpoint_ops()
@@ -255,20 +285,21 @@ class DataJuicerDaskExecutor:
             counts = client.gather(client.map(_count_file, files, text_keys=self.text_keys,
                                               pure=False))
             total = sum(c[0] for c in counts)
-            total_bytes = sum(c[1] for c in counts)
-            n_parts = partition_count(self.cfg.get("partition"), total, total_bytes,
-                                      int(self.cfg.get("np") or 1))
+            n_parts = partition_count(self.cfg.get("partition"), total,
+                                      sum(c[1] for c in counts), int(self.cfg.get("np") or 1))
             self.folder.start(_job_config(self.cfg, self.executor_type), len(self.process),
                               total_partitions=n_parts, resuming=resumed,
                               resumption_command=self.command)
+            # in curator_dask's per-user job index: `status`, `stop`, `report` find it anywhere
+            record_job(self.job_id, self.folder.root)
             if self.announce and not resumed and checkpoints:
                 print(self.folder.resume_token_line(), flush=True)
             bounds = balanced_bounds(total, n_parts)
-            pieces = _pieces(files, [c[0] for c in counts], bounds)
-            parts = [client.submit(_load_partition, p, self.text_keys, pure=False)
-                     for p in pieces]
-            hashes = client.gather(client.map(_hashes, parts, pure=False))
+            inputs: list[Source] = [("pieces", p)
+                                    for p in _pieces(files, [c[0] for c in counts], bounds)]
+            hashes = self._map(client, _partition_hashes, inputs, self.text_keys)
             latest = self.folder.latest_checkpoints() if resumed else {}
+            latest = {p: i for p, i in latest.items() if p < n_parts and i < len(self.process)}
             if resumed:
                 self._check_unchanged(hashes, bounds, latest)
             self.folder.record_partitions(
@@ -276,33 +307,47 @@ class DataJuicerDaskExecutor:
                 total, str(self.cfg.get("dataset_path")))
             self.folder.write_dag_plan([op_name(e) for e in self.process], n_parts,
                                        [i for i, k in enumerate(self._kinds) if k == DEDUP])
-            state, next_op = self._resume_state(client, parts, latest, n_parts)
-            op_counts = [OpCount(op_name(e)) for e in self.process]
+            state, next_op = self._resume_state(inputs, latest)
+            self._ops = [OpCount(op_name(e)) for e in self.process]
             for p in range(n_parts):
                 self.folder.partition_start(p, n_parts, latest.get(p))
-            for kind, indices in _stages(self._kinds):
+            specs = self._export_specs(n_parts)
+            exported: list[tuple[int, int, int, bool] | None] = [None] * n_parts
+            stages = _stages(self._kinds)
+            for number, (kind, indices) in enumerate(stages):
                 self._check_stop()
                 if kind == DEDUP:
-                    state, next_op = self._dedup(client, indices[0], state, next_op,
-                                                 checkpoints, op_counts)
+                    self._dedup(client, indices[0], state, next_op, checkpoints)
                     continue
-                futures = {}
+                last = number == len(stages) - 1
+                jobs = {}
                 for p in range(n_parts):
                     todo = [(i, self.process[i]) for i in indices if i >= next_op[p]]
                     if not todo:
                         continue
                     ck = {i: self.folder.checkpoint_path(i, p) for i, _ in todo
                           if i in checkpoints}
-                    futures[p] = client.submit(_run_segment, state[p], todo, ck,
-                                               self.fast_ops, pure=False)
+                    out = None if last else self._stage_path(indices[-1], p, checkpoints)
+                    jobs[p] = (state[p], self.text_keys, todo, ck, self.fast_ops, out,
+                               specs[p] if last else None)
                     for i, _ in todo:
                         self.folder.op_start(p, op_name(self.process[i]), i)
-                self._collect(client, futures, state, next_op, op_counts, checkpoints,
-                              indices[-1] + 1)
-            result = self._export(client, state, op_counts, total, n_parts, latest)
+                for p, result in self._bounded(client, _run_segment, jobs):
+                    self._record(p, result.counts, checkpoints)
+                    if not last:
+                        state[p] = ("file", self._stage_path(indices[-1], p, checkpoints))
+                    next_op[p] = indices[-1] + 1
+                    exported[p] = result.exported
+            rest = {p: (state[p], self.text_keys, specs[p])
+                    for p in range(n_parts) if exported[p] is None}
+            for p, result in self._bounded(client, _export_file, rest):
+                exported[p] = result.exported
+            result = self._join(specs, [e for e in exported if e is not None], total, n_parts,
+                                latest)
             for p in range(n_parts):
                 self.folder.partition_complete(p, n_parts)
             self.folder.complete(time.time() - started, self.export_path)
+            shutil.rmtree(self._work_dir, ignore_errors=True)
             return result
         except RunStopped:
             self.folder.stopped()
@@ -316,72 +361,126 @@ class DataJuicerDaskExecutor:
                 self._executor.close()
                 self._executor = None
 
-    def _collect(self, client: Any, futures: dict[int, Any], state: list[Any],
-                 next_op: list[int], op_counts: list[OpCount], checkpoints: set[int],
-                 after: int) -> None:
+    @property
+    def _work_dir(self) -> str:
+        """Stage files between operators that no checkpoint keeps (removed at the end)."""
+        return os.path.join(self.job_dir, "work")
+
+    def _stage_path(self, index: int, partition: int, checkpoints: set[int]) -> str:
+        if index in checkpoints:
+            return self.folder.checkpoint_path(index, partition)
+        return os.path.join(self._work_dir, f"stage_op_{index:04d}_partition_{partition:04d}"
+                                            ".parquet")
+
+    def _max_in_flight(self) -> int | None:
+        partition = self.cfg.get("partition")
+        value = getattr(partition, "max_concurrent_partitions", "auto") if partition else "auto"
+        if value in (None, "auto"):
+            return None
+        try:
+            count = int(value)
+        except (TypeError, ValueError):
+            msg = (f"partition.max_concurrent_partitions {value!r} is not a positive integer "
+                   "or auto")
+            raise RecipeError(msg) from None
+        if count < 1:
+            msg = f"partition.max_concurrent_partitions must be at least 1, got {count}"
+            raise RecipeError(msg)
+        return count
+
+    def _bounded(self, client: Any, fn: Any, jobs: dict[int, tuple[Any, ...]]) -> Any:
+        """``fn(*jobs[p])`` for each partition ``p`` on the cluster, at most
+        ``max_concurrent_partitions`` at once; yields ``(p, result)`` as they finish."""
         from distributed import as_completed
 
-        order = {f.key: p for p, f in futures.items()}
-        for future in as_completed(list(futures.values())):
+        limit = self._max_in_flight() or len(jobs) or 1
+        waiting = list(jobs.items())
+        running: dict[str, int] = {}
+        pool = as_completed()
+        while waiting or running:
+            while waiting and len(running) < limit:
+                p, args = waiting.pop(0)
+                future = client.submit(fn, *args, pure=False)
+                running[future.key] = p
+                pool.add(future)
+            future = next(pool)
+            p = running.pop(future.key)
             self._check_stop()
-            p = order[future.key]
-            table_future = client.submit(_first, future, pure=False)
-            counts = client.submit(_second, future, pure=False).result()
-            for index, rows_in, rows_out, seconds in counts:
-                c = op_counts[index]
-                c.rows_in += rows_in
-                c.rows_out += rows_out
-                c.seconds += seconds
-                saved = index in checkpoints
-                self.folder.op_complete(p, c.name, index, seconds, rows_in, rows_out,
-                                        self.folder.checkpoint_path(index, p) if saved else None)
-                if saved:
-                    self.folder.checkpoint_saved(p, c.name, index)
-            state[p] = table_future
-            next_op[p] = after
+            yield p, future.result()
 
-    def _dedup(self, client: Any, index: int, state: list[Any], next_op: list[int],
-               checkpoints: set[int], op_counts: list[OpCount]) -> tuple[list[Any], list[int]]:
-        from curator_dask.data_juicer.dedup import equivalent_entry, run_deduplicator
+    def _map(self, client: Any, fn: Any, items: list[Any], *args: Any) -> list[Any]:
+        results: list[Any] = [None] * len(items)
+        for p, value in self._bounded(client, fn, {p: (item, *args)
+                                                   for p, item in enumerate(items)}):
+            results[p] = value
+        return results
+
+    def _record(self, p: int, counts: list[tuple[int, int, int, float]],
+                checkpoints: set[int]) -> None:
+        for index, rows_in, rows_out, seconds in counts:
+            c = self._ops[index]
+            c.rows_in += rows_in
+            c.rows_out += rows_out
+            c.seconds += seconds
+            saved = index in checkpoints
+            self.folder.op_complete(p, c.name, index, seconds, rows_in, rows_out,
+                                    self.folder.checkpoint_path(index, p) if saved else None)
+            if saved:
+                self.folder.checkpoint_saved(p, c.name, index)
+
+    def _dedup(self, client: Any, index: int, state: list[Source], next_op: list[int],
+               checkpoints: set[int]) -> None:
+        """A deduplicator over every partition (a convergence point), file to file."""
+        import pyarrow.parquet as pq
+
+        from curator_dask.data_juicer.dedup import run_deduplicator_files
 
         if all(n > index for n in next_op):
-            return state, next_op  # every partition's checkpoint is past it
-        state = list(state)
-        for p, n in enumerate(next_op):
-            if n > index:  # this partition's state is past the dedup: its input again
-                path = self.folder.checkpoint_path(index - 1, p)
-                state[p] = client.submit(_read_checkpoint, path, pure=False)
-        entry = equivalent_entry(self.process[index])
+            return  # every partition's checkpoint is past it
+        n_parts = len(state)
+        sources: list[str] = []
+        for p in range(n_parts):
+            if next_op[p] > index:  # past the dedup: its input again (the forced checkpoint)
+                sources.append(self.folder.checkpoint_path(index - 1, p))
+            elif state[p][0] == "file":
+                sources.append(state[p][1])
+            else:  # the recipe starts with a deduplicator: the input as a stage file
+                path = self._stage_path(index - 1, p, set())
+                client.submit(_run_segment, state[p], self.text_keys, [], {}, False, path,
+                              None, pure=False).result()
+                sources.append(path)
+        name = op_name(self.process[index])
+        for p in range(n_parts):
+            self.folder.op_start(p, name, index)
         start = time.perf_counter()
-        rows_in = sum(client.gather(client.map(_num_rows, state, pure=False)))
-        for p in range(len(state)):
-            self.folder.op_start(p, op_name(self.process[index]), index)
-        out = run_deduplicator(client, entry, state)
-        if index in checkpoints:
-            paths = [self.folder.checkpoint_path(index, p) for p in range(len(out))]
-            client.gather(client.map(_write_checkpoint, out, paths, pure=False))
-        sizes = client.gather(client.map(_num_rows, out, pure=False))
+        os.makedirs(self._work_dir, exist_ok=True)
+        hashed = [os.path.join(self._work_dir, f"hashed_op_{index:04d}_partition_{p:04d}"
+                                               ".parquet") for p in range(n_parts)]
+        outputs = [self._stage_path(index, p, checkpoints) for p in range(n_parts)]
+        rows_in = [pq.ParquetFile(path).metadata.num_rows for path in sources]
+        kept = run_deduplicator_files(client, self.process[index], sources, hashed, outputs)
         seconds = time.perf_counter() - start
-        c = op_counts[index]
-        c.rows_in += rows_in
-        c.rows_out += sum(sizes)
+        c = self._ops[index]
+        c.rows_in += sum(rows_in)
+        c.rows_out += sum(kept)
         c.seconds += seconds
-        for p, size in enumerate(sizes):
-            self.folder.op_complete(p, c.name, index, seconds, None, size,
-                                    self.folder.checkpoint_path(index, p)
-                                    if index in checkpoints else None)
-        return list(out), [index + 1] * len(out)
+        for p in range(n_parts):
+            saved = index in checkpoints
+            self.folder.op_complete(p, name, index, seconds, rows_in[p], kept[p],
+                                    outputs[p] if saved else None)
+            if saved:
+                self.folder.checkpoint_saved(p, name, index)
+            state[p] = ("file", outputs[p])
+            next_op[p] = index + 1
 
-    def _resume_state(self, client: Any, parts: list[Any], latest: dict[int, int],
-                      n_parts: int) -> tuple[list[Any], list[int]]:
-        state = list(parts)
-        next_op = [0] * n_parts
+    def _resume_state(self, inputs: list[Source], latest: dict[int, int]
+                      ) -> tuple[list[Source], list[int]]:
+        state = list(inputs)
+        next_op = [0] * len(inputs)
         for p, op_index in latest.items():
-            if p < n_parts and op_index < len(self.process):
-                state[p] = client.submit(_read_checkpoint,
-                                         self.folder.checkpoint_path(op_index, p), pure=False)
-                next_op[p] = op_index + 1
-                self.folder.checkpoint_loaded(p, op_name(self.process[op_index]), op_index)
+            state[p] = ("file", self.folder.checkpoint_path(op_index, p))
+            next_op[p] = op_index + 1
+            self.folder.checkpoint_loaded(p, op_name(self.process[op_index]), op_index)
         return state, next_op
 
     def _check_unchanged(self, hashes: list[dict[str, Any]], bounds: list[tuple[int, int]],
@@ -392,7 +491,7 @@ class DataJuicerDaskExecutor:
             return
         info = read_partitioning_info(self.folder.partitioning_info_path)
         recorded = {int(p["partition_id"]): p for p in info.get("partitions", [])}
-        if len(recorded) != len(bounds) and latest:
+        if len(recorded) != len(bounds):
             msg = (f"job {self.job_id}: the input now makes {len(bounds)} partitions, the "
                    f"checkpoints were made for {len(recorded)}; the checkpoints are kept: "
                    "restore the input, or start a new job without --resume")
@@ -407,24 +506,22 @@ class DataJuicerDaskExecutor:
                        "kept: restore the input, or start a new job without --resume")
                 raise PartitionChangedError(msg)
 
-    def _export(self, client: Any, state: list[Any], op_counts: list[OpCount], total: int,
-                n_parts: int, latest: dict[int, int]) -> DataJuicerRunResult:
+    def _export_specs(self, n_parts: int) -> list[ExportSpec]:
+        base = os.path.dirname(os.path.abspath(self.export_path))
+        self._parts_dir = os.path.join(
+            base, f".{os.path.basename(self.export_path)}.parts-{self.job_id}")
+        os.makedirs(self._parts_dir, exist_ok=True)
         keep_stats = bool(self.cfg.get("keep_stats_in_res_ds", False))
         keep_hashes = bool(self.cfg.get("keep_hashes_in_res_ds", False))
-        base = os.path.dirname(os.path.abspath(self.export_path))
-        parts_dir = os.path.join(base, f".{os.path.basename(self.export_path)}.parts-"
-                                       f"{self.job_id}")
-        os.makedirs(parts_dir, exist_ok=True)
-        paths = [os.path.join(parts_dir, f"part-{p:05d}.{self.suffix}") for p in range(n_parts)]
-        has_stats = client.gather(client.map(_has_columns, state,
-                                             names=(dj_io.STATS, dj_io.META), pure=False))
-        export_stats = any(has_stats)
-        stats_paths = [os.path.join(parts_dir, f"stats-{p:05d}.jsonl") if export_stats else None
-                       for p in range(n_parts)]
-        written = client.gather(client.map(
-            _export_part, state, paths, stats_paths, suffix=self.suffix,
-            keep_stats=keep_stats, keep_hashes=keep_hashes, pure=False))
+        return [ExportSpec(os.path.join(self._parts_dir, f"part-{p:05d}.{self.suffix}"),
+                           os.path.join(self._parts_dir, f"stats-{p:05d}.jsonl"),
+                           self.suffix, keep_stats, keep_hashes) for p in range(n_parts)]
+
+    def _join(self, specs: list[ExportSpec], written: list[tuple[int, int, int, bool]],
+              total: int, n_parts: int, latest: dict[int, int]) -> DataJuicerRunResult:
+        """The parts joined in order into the export path (or cut into shards)."""
         shard_size = int(self.cfg.get("export_shard_size") or 0)
+        paths = [spec.path for spec in specs]
         if shard_size > 0:
             from curator_dask.data_juicer.shards import export_shards
 
@@ -432,18 +529,18 @@ class DataJuicerDaskExecutor:
                           shard_size, sum(w[2] for w in written))
         else:
             dj_io.join_parts(paths, self.export_path, self.suffix)
-        if export_stats:
+        if any(w[3] for w in written):
             stats_file = self.export_path.replace("." + self.suffix, "_stats.jsonl")
-            dj_io.join_parts([s for s in stats_paths if s], stats_file, "jsonl")
-        shutil.rmtree(parts_dir, ignore_errors=True)
-        rows_out = sum(w[0] for w in written)
+            dj_io.join_parts([spec.stats_path for spec in specs
+                              if os.path.exists(spec.stats_path)], stats_file, "jsonl")
+        shutil.rmtree(self._parts_dir, ignore_errors=True)
         from curator_dask.data_juicer.fast_ops import FAST_OPS
 
         return DataJuicerRunResult(
             job_id=self.job_id, export_path=self.export_path, rows_in=total,
-            rows_out=rows_out, partitions=n_parts, ops=op_counts,
+            rows_out=sum(w[0] for w in written), partitions=n_parts, ops=self._ops,
             resumed_partitions=dict(latest),
-            fast_ops=sorted({c.name for c in op_counts} & FAST_OPS) if self.fast_ops else [])
+            fast_ops=sorted({c.name for c in self._ops} & FAST_OPS) if self.fast_ops else [])
 
     # -- stopping --------------------------------------------------------------------------
     def _install_stop(self) -> Any:
@@ -467,18 +564,6 @@ class DataJuicerDaskExecutor:
         if self._stop:
             msg = f"job {self.job_id} was asked to stop (SIGTERM); resume it with --resume"
             raise RunStopped(msg)
-
-
-def _first(pair: tuple[Any, Any]) -> Any:
-    return pair[0]
-
-
-def _second(pair: tuple[Any, Any]) -> Any:
-    return pair[1]
-
-
-def _num_rows(table: pa.Table) -> int:
-    return int(table.num_rows)
 
 
 def _is_dedup(entry: dict[str, Any]) -> bool:

@@ -163,7 +163,7 @@ def table_of(cols: dict[str, list[Any]], json_cols: set[str] | frozenset[str] = 
             from datasets.utils.json import ujson_dumps
 
             arrays[name] = pa.array([None if v is None else ujson_dumps(v) for v in values],
-                                    pa.json_())
+                                    pa.json_())  # an empty partition keeps the column's type
         else:
             arrays[name] = pa.array(values) if values else pa.array([], pa.null())
     return pa.Table.from_pydict(arrays)
@@ -216,20 +216,14 @@ def join_parts(parts: Sequence[str], target: str, suffix: str) -> None:
     if suffix == "parquet":
         import pyarrow.parquet as pq
 
-        writer = None
-        try:
+        # one schema for all parts (an empty partition's columns are of the null type)
+        schema = pa.unify_schemas([pq.read_schema(p) for p in parts],
+                                  promote_options="permissive") if parts else pa.schema([])
+        with pq.ParquetWriter(tmp, schema) as writer:
             for part in parts:
                 pf = pq.ParquetFile(part)
                 for i in range(pf.num_row_groups):
-                    group = pf.read_row_group(i)
-                    if writer is None:
-                        writer = pq.ParquetWriter(tmp, group.schema)
-                    writer.write_table(group.cast(writer.schema))
-            if writer is None:
-                pq.write_table(pa.table({}), tmp)
-        finally:
-            if writer is not None:
-                writer.close()
+                    writer.write_table(pf.read_row_group(i).cast(schema))
     else:
         with open(tmp, "wb") as out:
             for part in parts:
