@@ -95,3 +95,39 @@ def test_shards_and_parquet_as_data_juicer_writes_them(tmp_path: Path, data: Pat
             else:
                 same_files(tmp_path / f"ref-{name}" / file, tmp_path / f"ours-{name}" / file)
     assert len(theirs) > 1 or name == "parquet"
+
+
+@pytest.mark.parametrize("dedup", [
+    {"document_minhash_deduplicator": {"tokenization": "space", "window_size": 5,
+                                       "jaccard_threshold": 0.7}},
+    {"document_simhash_deduplicator": {"tokenization": "space", "window_size": 6,
+                                       "num_blocks": 6, "hamming_distance": 4}},
+], ids=["minhash", "simhash"])
+def test_fuzzy_dedup_recipes_keep_data_juicers_rows(tmp_path: Path, data: Path,
+                                                    executor: object, dedup: dict) -> None:
+    """Near-duplicates across files and partitions: the rows kept are Data-Juicer's (its own
+    tokenisation, hashes, permutations and bands), mappers before and a filter after."""
+    process = [*TWELVE_OPS[:2], dedup, {"text_length_filter": {"min_len": 50}}]
+    near = data.parent / "near"
+    if not near.exists():
+        import json
+        import shutil
+
+        shutil.copytree(data, near)
+        first = sorted(near.glob("part-*.jsonl"))[0]
+        rows = [json.loads(line) for line in first.read_text("utf-8").splitlines()]
+        with open(near / "more" / "near.jsonl", "w", encoding="utf-8") as f:
+            for i, row in enumerate(rows[5:25]):  # one word changed: near, not exact
+                words = row["text"].split(" ")
+                words[len(words) // 2] = "changed"
+                f.write(json.dumps({"text": " ".join(words), "id": f"near-{i}"}) + "\n")
+    ref = write_recipe(tmp_path / "ref.yaml", near, tmp_path / "ref" / "result.jsonl", process)
+    run_dj_default(ref)
+    ours = write_recipe(tmp_path / "ours.yaml", near, tmp_path / "ours" / "result.jsonl",
+                        process, executor_type="dask")
+    result = run_in_process(ours, executor, "--partition.mode", "manual",
+                            "--partition.num_of_partitions", "4")
+    same_files(tmp_path / "ref" / "result.jsonl", tmp_path / "ours" / "result.jsonl")
+    same_files(tmp_path / "ref" / "result_stats.jsonl", tmp_path / "ours" / "result_stats.jsonl")
+    dedup_count = result.ops[2]
+    assert dedup_count.rows_out < dedup_count.rows_in  # the near-duplicates went
