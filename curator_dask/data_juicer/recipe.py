@@ -198,7 +198,7 @@ def check_ops(recipe: Recipe) -> None:
     run: a dataset-level operator other than a deduplicator, an operator that needs a GPU
     where none is, one whose resource cannot be had."""
     from curator_dask.data_juicer.dedup import DEDUP_OPS, equivalent_entry
-    from curator_dask.data_juicer.ops import REFUSED, built_op, op_kind, op_name
+    from curator_dask.data_juicer.ops import DEDUP, REFUSED, built_op, op_kind, op_name
 
     for entry in recipe.process:
         name = op_name(entry)
@@ -209,6 +209,11 @@ def check_ops(recipe: Recipe) -> None:
             op = built_op(entry)
         except Exception as exc:  # an operator's constructor: any error is the recipe's
             raise RecipeError(_resource_message(name, exc)) from None
+        if op_kind(op) == DEDUP:  # a deduplicator this executor has no convergence point for
+            msg = (f"operator {name!r} is a deduplicator not run on Dask (those run are "
+                   f"{', '.join(sorted(DEDUP_OPS))}); remove it from process: or run it with "
+                   "dj-process on the exported result")
+            raise RecipeError(msg)
         if op_kind(op) == REFUSED:
             kind = type(op).__mro__[1].__name__
             msg = (f"operator {name!r} is a dataset-level {kind}: it is not run on Dask "
