@@ -42,7 +42,6 @@ def _parser() -> argparse.ArgumentParser:
     from curator_dask.cli.run_command import _add_cluster_arguments
 
     p = argparse.ArgumentParser(prog=f"{PROG} run", add_help=False)
-    p.add_argument("recipe", nargs="?")
     p.add_argument("--config")
     _add_cluster_arguments(p)
     p.add_argument("--no-fast-ops", action="store_true")
@@ -88,12 +87,16 @@ def _resume_command(argv: list[str], job_id: str) -> str:
 
 def cmd_dj_run(argv: list[str]) -> int:
     """Run the Data-Juicer recipe of ``argv`` (``run``'s arguments); returns the exit code."""
-    args, rest = _parser().parse_known_args(argv)
-    path = args.config or args.recipe
+    # The recipe is the positional YAML file; the other words are options and their values
+    # (Data-Juicer's dotted ones take a value argparse cannot know), so it is found by name.
+    positional = [a for a in argv if a.endswith((".yaml", ".yml")) and not a.startswith("-")
+                  and (argv.index(a) == 0 or argv[argv.index(a) - 1] != "--config")]
+    args, rest = _parser().parse_known_args([a for a in argv if a not in positional[:1]])
+    path = args.config or (positional[0] if positional else None)
     if not path:
         raise UsageError("run: give the recipe: run RECIPE.yaml (or --config RECIPE.yaml)")
-    if args.recipe and args.config and args.recipe != args.config:
-        raise UsageError(f"run: two recipes given ({args.recipe}, {args.config}): keep one")
+    if positional and args.config and positional[0] != args.config:
+        raise UsageError(f"run: two recipes given ({positional[0]}, {args.config}): keep one")
     overrides = list(rest)
     for flag, value in (("--resume", args.resume), ("--job_id", args.job_id),
                         ("--work_dir", args.work_dir)):
