@@ -362,13 +362,12 @@ def _list_running(work_dir: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import os
-
     from curator_dask import config
+    from curator_dask.jobs.events import has_event_log
     from curator_dask.jobs.report import write_report
 
     job_dir = resolve_job(args.work_dir or config.get("jobs.work-dir"), args.job)
-    if not os.path.isfile(os.path.join(job_dir, "events.jsonl")):
+    if not has_event_log(job_dir):
         raise UsageError(f"job {args.job!r} in {job_dir} has no event log")
     try:
         path = write_report(job_dir, args.output)

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from typing import Any
 
 from curator_dask.jobs.control import StopOutcome, stop_job_dir
-from curator_dask.jobs.events import event_types_for, read_events
+from curator_dask.jobs.events import event_types_for, read_job_events
 from curator_dask.jobs.index import job_rows, locate_job
 from curator_dask.jobs.monitor import progress_data
 from curator_dask.jobs.status import load_job
@@ -168,7 +168,8 @@ class JobUtils:
 
     def load_event_logs(self, types: str | Collection[str] | None = None, *,
                         run_id: str | None = None) -> list[dict[str, Any]]:
-        """The records of ``events.jsonl``, oldest first (a torn last line is skipped).
+        """The records of ``events.jsonl``, oldest first (a torn last line is skipped); of a
+        Data-Juicer recipe's job, its events files as such records (``jobs/dj_format.py``).
 
         Args:
             types: keep only these types: the log's own (``source_complete``) or the seed's
@@ -180,7 +181,7 @@ class JobUtils:
         wanted = event_types_for(types) if types is not None else None
         if run_id == "last":
             run_id = (self.load_job_summary() or {}).get("run_id")
-        return [e for e in read_events(self.events_path)
+        return [e for e in read_job_events(self.job_dir)
                 if (wanted is None or e.get("type") in wanted)
                 and (run_id is None or e.get("run_id") == run_id)]
 

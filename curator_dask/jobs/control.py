@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from curator_dask.errors import CuratorDaskError
+from curator_dask.jobs.dj_format import FORMAT as DJ_FORMAT
 from curator_dask.jobs.summary import (
     STOP_REQUEST,
     SUMMARY_FILE,
@@ -212,7 +213,9 @@ def stop_job_dir(job_dir: str, *, force: bool = False, timeout: float = 60.0,
                  say: Callable[[str, bool], None] | None = None) -> StopOutcome:
     """Stop the job whose folder is ``job_dir``: what ``stop JOB [--force]`` does.
 
-    A stop request first, then a wait of up to ``timeout`` seconds for the job to end. With
+    A stop request first (a Data-Juicer recipe's driver gets SIGTERM instead: it stops
+    between operators' results, :mod:`~curator_dask.jobs.dj_format`), then a wait of up to
+    ``timeout`` seconds for the job to end. With
     ``force``, the cooperative wait is at most 5 s; then the run's Dask tasks are cancelled on
     its scheduler and, if the driver still runs ``timeout`` seconds later, it gets SIGTERM,
     then SIGKILL after another ``timeout`` (signals only to the recorded driver, on its host).
@@ -220,7 +223,8 @@ def stop_job_dir(job_dir: str, *, force: bool = False, timeout: float = 60.0,
 
     Raises:
         FileNotFoundError: the job has no summary (it has not started).
-        StopError: its driver is gone from this host (nothing was signalled, no request left).
+        StopError: its driver is gone from this host (nothing was signalled, no request left),
+            or a Data-Juicer recipe's driver runs on another host.
     """
     def tell(text: str, error: bool = False) -> None:
         if say is not None:
@@ -237,10 +241,15 @@ def stop_job_dir(job_dir: str, *, force: bool = False, timeout: float = 60.0,
         tell(f"job {job_id} is not running (state: {summary.get('state')})")
         return StopOutcome(job_id, job_dir, False, False, "not running",
                            str(summary.get("state")))
-    request_stop(job_dir)
-    how, cancelled = "stop request", None
+    recipe = summary.get("format") == DJ_FORMAT
+    if recipe:  # a Data-Juicer recipe's driver stops on SIGTERM, as Data-Juicer's stopper does
+        tell(f"sent SIGTERM to driver {signal_driver(job_dir, signal.SIGTERM)}")
+        how, cancelled = "SIGTERM", None
+    else:
+        request_stop(job_dir)
+        how, cancelled = "stop request", None
     state = wait_for_state(job_dir, timeout if not force else min(timeout, 5))
-    if state == "running" and force:
+    if state == "running" and force and not recipe:  # a recipe has no run token to cancel by
         try:
             cancelled = cancel_run_tasks(read_summary(path) or {},
                                          timeout=max(1.0, min(timeout, 10.0)))

@@ -149,3 +149,25 @@ def read_events(path: str) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return records
+
+
+def read_job_events(job_dir: str) -> list[dict[str, Any]]:
+    """Every record of the job's event log: its ``events.jsonl``; for a Data-Juicer recipe's
+    job folder, its ``events_*.jsonl`` (one per attempt) as records of this log
+    (:func:`curator_dask.jobs.dj_format.events`)."""
+    path = os.path.join(job_dir, "events.jsonl")
+    if not os.path.exists(path):
+        from curator_dask.jobs import dj_format
+
+        if dj_format.is_dj_folder(job_dir):
+            return dj_format.events(job_dir)
+    return read_events(path)
+
+
+def has_event_log(job_dir: str) -> bool:
+    """Whether the job folder has an event log (``events.jsonl``, or Data-Juicer's)."""
+    if os.path.isfile(os.path.join(job_dir, "events.jsonl")):
+        return True
+    from curator_dask.jobs import dj_format
+
+    return bool(dj_format.event_files(job_dir)) and dj_format.is_dj_folder(job_dir)

@@ -141,8 +141,9 @@ def record_job(job_id: str, job_dir: str, path: str | None = None) -> bool:
 
 
 def indexed_jobs(path: str | None = None) -> list[dict[str, Any]]:
-    """The index's entries whose job folder still exists, newest last."""
-    return [e for e in read_index(path) if os.path.isfile(os.path.join(e["path"], CONFIG_FILE))]
+    """The index's entries whose job folder still exists (:func:`is_job_folder`: a Data-Juicer
+    recipe's has a summary and no saved configuration), newest last."""
+    return [e for e in read_index(path) if is_job_folder(e["path"])]
 
 
 def find_job(job_id: str, work_dir: str, path: str | None = None) -> list[str]:

@@ -10,12 +10,11 @@ after that are counted (``partitions_unlisted``), not listed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from curator_dask.jobs import view
-from curator_dask.jobs.events import read_events
+from curator_dask.jobs.events import read_job_events
 from curator_dask.jobs.status import load_job
 
 # the sources line's counts, in the order `status` shows them
@@ -56,7 +55,7 @@ def progress_data(job_dir: str, *, detailed: bool = False) -> dict[str, Any]:
         "resume_command": summary.get("resume_command"), "dashboard": summary.get("dashboard"),
     }
     if detailed:
-        out.update(detail(summary, read_events(os.path.join(job_dir, "events.jsonl"))))
+        out.update(detail(summary, read_job_events(job_dir)))
     return out
 
 

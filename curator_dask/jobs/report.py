@@ -1,9 +1,11 @@
 """``python -m curator_dask report JOB``: one self-contained HTML file about a job.
 
 It is built from the job's own records (``events.jsonl``, ``job_summary.json`` and the fusion
-groups of ``dag_execution_plan.json``): the job's attempts, the error that ended a failed
-attempt (preformatted), the sources and per-stage counts of the last attempt, the rows each
-fusion group processed over time (cumulative) and task durations (bokeh plots,
+groups of ``dag_execution_plan.json``; a Data-Juicer recipe's job folder is read through
+:mod:`~curator_dask.jobs.dj_format` and gets a table of its partitions): the job's attempts,
+the error that ended a failed attempt (preformatted), the sources and per-stage counts of the
+last attempt, the rows each fusion group processed over time (cumulative) and task durations
+(bokeh plots,
 :mod:`~curator_dask.jobs.report_plots`), task durations per stage and attempt, stage
 checkpoints, lost workers and warnings, and a link to Dask's performance report
 (``dask-performance-report.html``) when one was saved.
@@ -21,7 +23,8 @@ import os
 from html import escape
 from typing import Any
 
-from curator_dask.jobs.events import read_events
+from curator_dask.jobs import dj_format
+from curator_dask.jobs.events import read_job_events
 from curator_dask.jobs.report_data import (
     Attempt,
     all_label,
@@ -123,6 +126,26 @@ def _stages_section(summary: dict[str, Any], last: Attempt) -> list[str]:
     return [_h2("Stages", last.label), table, f"<p class='legend'>{escape(COUNTS_LEGEND)}.</p>"]
 
 
+def _partitions_section(summary: dict[str, Any], events: list[dict[str, Any]],
+                        last: Attempt) -> list[str]:
+    """A Data-Juicer recipe job's partitions: what the last attempt did with each."""
+    if summary.get("format") != dj_format.FORMAT:
+        return []
+    rows = dj_format.partition_rows(events, summary.get("run_id"),
+                                    running=summary.get("state") == "running")
+    if not rows:
+        return [_h2("Partitions", last.label), "<p class='nodata'>No partition started.</p>"]
+    return [_h2("Partitions", last.label),
+            _table(["partition", "state", "rows in", "rows out", "operators run", "seconds",
+                    "resumed after"],
+                   [[r["partition"], r["state"], r["rows_in"], r["rows_out"], r["operators"],
+                     f"{r['seconds']:.2f}", r["resumed_after"] or ""] for r in rows]),
+           "<p class='legend'>A Data-Juicer recipe's partitions (its sources above): rows in "
+           "to the first operator the attempt ran on it, rows out of the last; seconds: its "
+           "operators' time, a whole-dataset operator (a deduplicator) with its whole run; "
+           "resumed after: the operator whose checkpoint it started from.</p>"]
+
+
 def _error_section(summary: dict[str, Any], events: list[dict[str, Any]],
                    attempts: list[Attempt]) -> list[str]:
     """The error that ended an attempt (the last one's, else the last recorded), as
@@ -210,7 +233,7 @@ def render_report(job_dir: str) -> str:
     """The report's HTML (self-contained)."""
     from curator_dask.jobs.job import PLAN_FILE
 
-    events = read_events(os.path.join(job_dir, "events.jsonl"))
+    events = read_job_events(job_dir)
     summary = read_summary(os.path.join(job_dir, SUMMARY_FILE)) or {}
     attempts = job_attempts(events, summary) or [Attempt(
         1, 1, str(summary.get("run_id")), summary.get("started"), summary.get("ended"),
@@ -226,6 +249,7 @@ def render_report(job_dir: str) -> str:
         *_attempts_section(attempts),
         *_sources_section(summary, last),
         *_stages_section(summary, last),
+        *_partitions_section(summary, events, last),
         _h2("Rows processed and task durations", covers), plot_html,
         *_durations_section(events, attempts),
         *_event_tables(events, label, covers), *_notes_section(events, label, covers),

@@ -58,8 +58,16 @@ def write_summary(path: str, secrets: Collection[str] = (), **fields: Any) -> di
 
 
 def read_summary(path: str) -> dict[str, Any] | None:
+    """The summary at ``path``; ``None`` when there is none. A Data-Juicer recipe job's
+    (Data-Juicer's keys: ``status``, ``start_time``...) reads as this package's, with its
+    stages and partitions from its events (:mod:`curator_dask.jobs.dj_format`)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            data = json.load(f)
     except FileNotFoundError:
         return None
+    from curator_dask.jobs import dj_format  # it imports this module
+
+    if dj_format.is_dj_summary(data):
+        return dj_format.summary(os.path.dirname(os.path.abspath(path)), data)
+    return data
