@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = ["01_quickstart.ipynb", "02_resume_after_interrupt.ipynb", "03_slurm_arrays.ipynb",
-            "04_nemo_pipeline_on_dask.ipynb", "05_deduplication.ipynb"]
+            "04_nemo_pipeline_on_dask.ipynb", "05_deduplication.ipynb",
+            "06_data_juicer_recipe.ipynb"]
 
 
 def _html_output(nb, marker: str) -> str:
