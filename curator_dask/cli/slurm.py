@@ -266,9 +266,16 @@ def cmd_slurm_submit(args: argparse.Namespace) -> int:
     ``--dry-run`` prints the script and asks SLURM nothing (16 CPUs per task unless
     ``--cpus-per-task`` says otherwise); ``--no-check`` submits without asking.
     """
+    from curator_dask.data_juicer.recipe import is_data_juicer_recipe
     from curator_dask.slurm.partition import DEFAULT_CPUS_PER_TASK
     from curator_dask.slurm.sbatch import render_array_script, submit_script
 
+    if args.pipeline.endswith((".yaml", ".yml")) and is_data_juicer_recipe(args.pipeline):
+        # A recipe's deduplicators need every partition at once; array tasks share nothing
+        # but the checkpoint, so the recipe runs on SLURM worker jobs instead.
+        raise UsageError(f"{args.pipeline} is a Data-Juicer recipe: it is not split into array "
+                         "tasks (its deduplicators need every partition at once); run it on "
+                         "SLURM worker jobs: run RECIPE.yaml --cluster slurm --jobs N")
     shards: _Shards = {"array": args.array, "total_shards": args.total_shards,
                        "shard_index_offset": args.shard_index_offset,
                        "minimum_shard_index": args.minimum_shard_index}

@@ -220,3 +220,15 @@ def test_a_missing_dataset_path_gets_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "nowhere" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_slurm_submit_refuses_a_recipe_naming_the_way_that_works(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path / "recipe.yaml", tmp_path, tmp_path / "out" / "r.jsonl",
+                          TWELVE_OPS[:1])
+    env = dict(os.environ, PYTHONPATH=SRC)
+    proc = subprocess.run([sys.executable, "-m", "curator_dask", "slurm", "submit",
+                           str(recipe), "--array", "0-1", "--checkpoint-path",
+                           str(tmp_path / "ckpt"), "--dry-run"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "--cluster slurm" in proc.stderr and "#SBATCH" not in proc.stdout
