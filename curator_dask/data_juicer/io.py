@@ -35,12 +35,17 @@ READ_SUFFIXES = (".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
 
 
 def dataset_files(dataset_path: str, base: str) -> list[str]:
-    """The files of ``dataset_path`` (a file, a folder, a glob, or several separated by
-    spaces as Data-Juicer accepts them with weights left out), in Data-Juicer's order."""
+    """The files of ``dataset_path`` in Data-Juicer's order: a file or a folder, or several
+    of them separated by spaces (quoted as a shell quotes them), each maybe after its weight,
+    as Data-Juicer's ``parse_cli_datapath`` splits them; without ``max_sample_num`` the weights
+    sample nothing and the datasets follow one another. A glob (which ``dj-process`` refuses)
+    is taken in sorted order."""
+    import shlex
+
     from curator_dask.data_juicer.recipe import RecipeError
 
     files: list[str] = []
-    for item in str(dataset_path).split():
+    for item in shlex.split(str(dataset_path)):
         try:
             float(item)
             continue  # a mixture's weight
