@@ -24,7 +24,9 @@ one side at a time, in this order:
   default). Ray starts its own local cluster in a temp dir of its own (``RAY_TMPDIR``); any
   process of it still running 30 s after the side exits is ended by id. ``--skip-ray``.
 - ``cd_dj_ops``: ``python -m curator_dask run R.yaml --workers 2 --partition.mode manual
-  --partition.num_of_partitions 4 --no-fast-ops`` (Data-Juicer's own operator code).
+  --partition.num_of_partitions 8 --no-fast-ops`` (Data-Juicer's own operator code;
+  ``--cd-partitions``, 8 by default: the documents differ in size by a factor of 1,000, and
+  more partitions than workers even out the workers' shares).
 - ``cd_fast``: the same with curator_dask's fast equivalents (the default).
 - ``ops``: the operators' own time, in one process: each operator built by Data-Juicer's
   ``load_ops`` and called directly on in-memory batches of its ``batch_size`` rows (1000),
@@ -33,6 +35,11 @@ one side at a time, in this order:
   ``NestedDataset``): the floor of any engine that calls them. Each operator with an
   equivalent in ``curator_dask.data_juicer.fast_ops`` is timed again through it on the same
   batches, and its output compared with the operator's.
+- ``ops_busy``: the same operators, ``--workers`` processes at once, each on a contiguous
+  share of the documents: the floor on a machine whose cores all work, as a cluster's
+  workers' do (a core is slower when its neighbours work: shared caches, memory bandwidth,
+  clock); its wall time is printed beside the issue's ratio, which divides the one-process
+  time by the workers.
 
 Outputs: each curator_dask ``result.jsonl`` (and ``result_stats.jsonl``) must equal Data-Juicer
 default's byte for byte (SAME, or DIFFERENT with the first differing line); Ray's rows are
@@ -84,6 +91,7 @@ SIDES = {
     "cd_dj_ops": "curator_dask, DJ's operators",
     "cd_fast": "curator_dask, fast operators",
     "ops": "operators alone, 1 process",
+    "ops_busy": "operators alone, a share each in --workers processes at once",
 }
 MiB = 1 << 20
 
@@ -175,8 +183,12 @@ def side_command(side: str, recipe: str, folder: str, corpus: str,
     if side == "ops":
         return [sys.executable, os.path.abspath(__file__), "--ops-child", corpus,
                 os.path.join(folder, "ops.json"), os.path.join(folder, "out", "rows.jsonl")]
+    if side == "ops_busy":
+        return [sys.executable, os.path.abspath(__file__), "--ops-busy", corpus, folder,
+                str(args.workers)]
     cmd = [sys.executable, "-m", "curator_dask", "run", recipe, "--workers", str(args.workers),
-           "--partition.mode", "manual", "--partition.num_of_partitions", str(args.partitions)]
+           "--partition.mode", "manual", "--partition.num_of_partitions",
+           str(args.cd_partitions)]
     return cmd + (["--no-fast-ops"] if side == "cd_dj_ops" else [])
 
 
@@ -441,14 +453,20 @@ def _one_op(op_cfg: dict[str, Any], cols: dict[str, list[Any]]
     return entry, cols
 
 
-def ops_child(corpus: str, out_json: str, rows_path: str) -> None:
+def ops_child(corpus: str, out_json: str, rows_path: str, shard: str = "0",
+              shards: str = "1") -> None:
     """The operators alone: per operator seconds to ``out_json``, final rows to
-    ``rows_path`` (``text`` and ``id``, as JSON lines)."""
+    ``rows_path`` (``text`` and ``id``, as JSON lines); with ``shards`` > 1, only the
+    ``shard``-th contiguous share of the documents."""
     sys.path.insert(0, ROOT)
     start = time.perf_counter()
     import data_juicer.ops  # noqa: F401 (its registry, imported once, not in an op's time)
 
     cols = _read_columns(corpus)
+    if int(shards) > 1:
+        n, k, i = len(cols["text"]), int(shards), int(shard)
+        lo, hi = n * i // k, n * (i + 1) // k
+        cols = {key: values[lo:hi] for key, values in cols.items()}
     report: dict[str, Any] = {"setup_s": time.perf_counter() - start, "ops": []}
     for op_cfg in twelve_ops():
         entry, cols = _one_op(op_cfg, cols)
@@ -608,7 +626,10 @@ def ratios(results: dict[str, dict[str, Any]], args: argparse.Namespace,
     if results.get("ops") and "ops" in results["ops"]:
         own_ops = ops_totals(results["ops"]["ops"]["ops"])[0]
     cd_own, cd_fast = wall("cd_dj_ops"), wall("cd_fast")
+    busy = wall("ops_busy")
     out: dict[str, Any] = {
+        "ops_busy_s": busy,
+        "cd_dj_ops_over_ops_busy": cd_own / busy if cd_own and busy else None,
         "faster_dj_s": faster,
         "cd_dj_ops_over_faster_dj": cd_own / faster if cd_own and faster else None,
         "cd_dj_ops_over_ops_per_worker": (cd_own / (own_ops / args.workers)
@@ -623,7 +644,7 @@ def ratios(results: dict[str, dict[str, Any]], args: argparse.Namespace,
             out[f"{side}_largest_worker_mib"] = max(workers or [r["peak_rss_largest_child"]]) / MiB
             out[f"{side}_tree_mib"] = r["peak_rss_tree"] / MiB
     out["corpus_mib"] = corpus_bytes / MiB
-    out["partition_mib"] = corpus_bytes / MiB / args.partitions
+    out["partition_mib"] = corpus_bytes / MiB / args.cd_partitions
     return out
 
 
@@ -642,6 +663,10 @@ def print_ratios(r: dict[str, Any]) -> None:
          r["cd_dj_ops_over_ops_per_worker"], 1.10)
     line("curator_dask (fast ops) / faster Data-Juicer executor",
          r["cd_fast_over_faster_dj"], 0.25)
+    if r.get("cd_dj_ops_over_ops_busy") is not None:
+        print(f"  {'curator_dask (DJ ops) / operators alone, all cores busy (no target)':<62} "
+              f"{r['cd_dj_ops_over_ops_busy']:6.2f}   ({r['ops_busy_s']:.1f} s: the floor "
+              "with every core working)")
     for side in ("cd_dj_ops", "cd_fast"):
         if f"{side}_largest_worker_mib" in r:
             print(f"  {SIDES[side]}: largest worker {r[f'{side}_largest_worker_mib']:,.0f} "
@@ -680,11 +705,13 @@ def record(args: argparse.Namespace, results: dict[str, dict[str, Any]],
         [str(datetime.date.today()),
          "`python benchmarks/bench_data_juicer.py " + " ".join(sys.argv[1:]) + "`",
          f"12-operator recipe, {corpus_bytes / 10**6:.0f} MB, {docs:,} documents, "
-         f"{args.workers} workers, {args.partitions} partitions, {os.cpu_count()} CPUs, "
+         f"{args.workers} workers, {args.partitions} partitions for Ray, "
+         f"{args.cd_partitions} for curator_dask, {os.cpu_count()} CPUs, "
          f"Python {platform.python_version()}",
          cell("dj_default"), cell("dj_ray"), cell("cd_dj_ops"), cell("cd_fast"),
          f"{own:.1f} s / {fast:.1f} s" if own is not None else "n/a",
-         f"{ratio('cd_dj_ops_over_faster_dj')}, {ratio('cd_dj_ops_over_ops_per_worker')}, "
+         f"{ratio('cd_dj_ops_over_faster_dj')}, {ratio('cd_dj_ops_over_ops_per_worker')} "
+         f"({ratio('cd_dj_ops_over_ops_busy')} of the busy floor), "
          f"{ratio('cd_fast_over_faster_dj')}",
          f"{r.get('cd_dj_ops_largest_worker_mib', 0):,.0f} MiB"])
 
@@ -699,10 +726,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2,
                         help="np of the recipes and curator_dask's --workers (default 2)")
     parser.add_argument("--partitions", type=int, default=4,
-                        help="partitions of ray_partitioned and curator_dask (default 4)")
+                        help="partitions of ray_partitioned (default 4)")
     parser.add_argument("--work", default=os.path.join(HERE, "_data", "data_juicer"),
                         help="corpus cache and run folders (default benchmarks/_data/"
                         "data_juicer)")
+    parser.add_argument("--cd-partitions", type=int, default=8,
+                        help="curator_dask's partitions (default 8: with documents of very "
+                             "different sizes, more partitions than workers even out their "
+                             "work; --partitions is Data-Juicer ray_partitioned's)")
     parser.add_argument("--skip-ray", action="store_true", help="leave out ray_partitioned")
     parser.add_argument("--skip", action="append", default=[], choices=sorted(SIDES),
                         help="leave out a side (repeatable)")
@@ -717,9 +748,25 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def ops_busy(corpus: str, folder: str, workers: str) -> None:
+    """``workers`` operator processes at once, each on its share of the documents: the
+    operators' own time on a machine whose cores are all busy, as a cluster's workers'
+    are (a core's speed drops when its neighbours work: shared caches, memory, clock)."""
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--ops-child",
+                               corpus, os.path.join(folder, f"ops-{i}.json"),
+                               os.path.join(folder, "out", f"rows-{i}.jsonl"), str(i),
+                               workers]) for i in range(int(workers))]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        sys.exit(max(codes))
+
+
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--ops-child":
-        ops_child(*sys.argv[2:5])
+    if len(sys.argv) in (5, 7) and sys.argv[1] == "--ops-child":
+        ops_child(*sys.argv[2:])
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "--ops-busy":
+        ops_busy(*sys.argv[2:5])
         return
     args = parse_args()
     args.work = os.path.abspath(args.work)
@@ -735,7 +782,8 @@ def main() -> None:
     results = {side: run_one(side, corpus, args) for side in SIDES if side not in skip}
     verdicts = compare_all(results)
     print(f"\n12-operator recipe on {corpus_bytes / 10**6:.1f} MB ({docs:,} documents), "
-          f"{args.workers} workers, {args.partitions} partitions, {os.cpu_count()} CPUs")
+          f"{args.workers} workers, {args.partitions} partitions for Ray, {args.cd_partitions} "
+          f"for curator_dask, {os.cpu_count()} CPUs")
     print_sides(results, verdicts)
     print_ops(results)
     r = ratios(results, args, corpus_bytes)
