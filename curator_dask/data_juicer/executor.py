@@ -289,9 +289,9 @@ class DataJuicerDaskExecutor:
         any operator runs) when resuming over changed input rows, ``RunStopped`` when
         Data-Juicer's stopper or a signal stopped it."""
         self._kinds = [DEDUP if _is_dedup(e) else op_kind(built_op(e)) for e in self.process]
-        if self.executor_type != "dask":
-            logger.info("executor_type %s: this recipe runs on Dask (curator_dask)",
-                        self.executor_type)
+        if self.executor_type != "dask" and not self.announce:  # the command says it itself
+            logger.warning("executor_type %s: this recipe runs on Dask (curator_dask's "
+                           "Data-Juicer executor)", self.executor_type)
         started = time.time()
         files = dj_io.dataset_files(str(self.cfg.dataset_path), os.getcwd())
         checkpoints = self._checkpoint_ops()

@@ -125,7 +125,10 @@ def _op_completes(job_dir: Path) -> int:
                for line in path.read_text().splitlines())
 
 
-def test_stop_a_running_recipe_job_then_resume_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stopper", ["curator_dask", "data_juicer"])
+def test_stop_a_running_recipe_job_then_resume_it(tmp_path: Path, stopper: str) -> None:
+    """``python -m curator_dask stop JOB`` and Data-Juicer's own stopper
+    (``python -m data_juicer.utils.job.stopper JOB``) both stop a running recipe job."""
     from curator_dask.jobs.monitor import progress_data
 
     data = corpus(tmp_path, max_bytes=3_000_000)
@@ -150,9 +153,16 @@ def test_stop_a_running_recipe_job_then_resume_it(tmp_path: Path) -> None:
         assert proc.poll() is None, "the run ended before it could be stopped"
         running = progress_data(str(job_dir))  # in this process: no time lost starting one
         assert running["state"] == "running" and running["pid"] == proc.pid
-        stop = _cli(env, tmp_path, "stop", "stop-job", "--timeout", "240", timeout=300)
-        assert f"sent SIGTERM to driver {proc.pid}" in stop.stdout, stop.stdout
-        assert "job stop-job: stopped" in stop.stdout, stop.stdout
+        if stopper == "curator_dask":
+            stop = _cli(env, tmp_path, "stop", "stop-job", "--timeout", "240", timeout=300)
+            assert f"sent SIGTERM to driver {proc.pid}" in stop.stdout, stop.stdout
+            assert "job stop-job: stopped" in stop.stdout, stop.stdout
+        else:
+            dj = subprocess.run([sys.executable, "-m", "data_juicer.utils.job.stopper",
+                                 "stop-job", "--base-dir", str(tmp_path / "out"),
+                                 "--timeout", "240"], capture_output=True, text=True,
+                                env=env, timeout=300)
+            assert dj.returncode == 0, dj.stdout + dj.stderr
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

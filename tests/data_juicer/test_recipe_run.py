@@ -131,3 +131,26 @@ def test_fuzzy_dedup_recipes_keep_data_juicers_rows(tmp_path: Path, data: Path,
     same_files(tmp_path / "ref" / "result_stats.jsonl", tmp_path / "ours" / "result_stats.jsonl")
     dedup_count = result.ops[2]
     assert dedup_count.rows_out < dedup_count.rows_in  # the near-duplicates went
+
+
+def test_data_juicers_config_object_swaps_one_class(tmp_path: Path, data: Path,
+                                                    reference: Path, executor: object) -> None:
+    """A Data-Juicer Python user builds the config with Data-Juicer's own init_configs and
+    hands it to DataJuicerDaskExecutor instead of DefaultExecutor."""
+    import os
+
+    from data_juicer.config import init_configs
+
+    from curator_dask.data_juicer import DataJuicerDaskExecutor
+
+    recipe = write_recipe(tmp_path / "recipe.yaml", data, tmp_path / "out" / "result.jsonl",
+                          TWELVE_OPS)  # executor_type default: Data-Juicer's parser knows it
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        cfg = init_configs(["--config", str(recipe)], load_configs_only=True)
+        result = DataJuicerDaskExecutor(cfg, executor=executor).run()
+    finally:
+        os.chdir(cwd)
+    same_files(reference / "result.jsonl", tmp_path / "out" / "result.jsonl")
+    assert result.rows_out == len((reference / "result.jsonl").read_bytes().splitlines())
