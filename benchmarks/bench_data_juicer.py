@@ -290,9 +290,12 @@ def run_side(side: str, cmd: list[str], folder: str, timeout: float,
 
 def ray_env(env: dict[str, str]) -> tuple[dict[str, str], str]:
     """The environment of the Ray side: its own short temp dir (Ray's unix sockets live
-    there: 108-character limit), no address to attach to."""
+    there: 108-character limit), no address to attach to, and no token authentication: a
+    local Ray 2.60 otherwise writes ``~/.ray/auth_token``, and every later ``ray start`` of
+    the user (NeMo Curator's ``RayClient`` among them) enables token authentication while
+    ``ray status`` is refused, so NeMo's readiness check waits forever."""
     temp_dir = tempfile.mkdtemp(prefix="bench_dj_ray_", dir="/tmp")
-    env = dict(env, RAY_TMPDIR=temp_dir)
+    env = dict(env, RAY_TMPDIR=temp_dir, RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)
     return env, temp_dir
 

@@ -158,12 +158,20 @@ def test_stop_a_running_recipe_job_then_resume_it(tmp_path: Path, stopper: str) 
             assert f"sent SIGTERM to driver {proc.pid}" in stop.stdout, stop.stdout
             assert "job stop-job: stopped" in stop.stdout, stop.stdout
         else:
+            # The stopper waits for the driver's pid to go: as a shell does, this process
+            # reaps its child meanwhile (an unreaped zombie would keep the pid alive)
+            import threading
+
+            ended: dict[str, tuple[str, str]] = {}
+            reaper = threading.Thread(target=lambda: ended.update(io=proc.communicate()))
+            reaper.start()
             dj = subprocess.run([sys.executable, "-m", "data_juicer.utils.job.stopper",
                                  "stop-job", "--base-dir", str(tmp_path / "out"),
                                  "--timeout", "240"], capture_output=True, text=True,
                                 env=env, timeout=300)
             assert dj.returncode == 0, dj.stdout + dj.stderr
-        out, err = proc.communicate(timeout=120)
+            reaper.join(timeout=120)
+        out, err = ended["io"] if stopper == "data_juicer" else proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
