@@ -18,20 +18,25 @@ EXECUTOR_DEFAULTS = {"n_workers": 2, "progress": False}
 # rule for balancing jobs over machines). Measured at `-n 2`, the processes were balanced
 # already (614 s of wall time for 1,200 s of tests): this guards the tail of the README's
 # `-n 3`, not more. The rest keep pytest's order.
-SLOW_FILES_FIRST = (  # seconds summed per file in a `-n 2 --durations=0` run, 2026-12-05
-    "tests/slurm/test_multinode_cluster.py",  # 120
-    "tests/slurm/test_real_slurm.py",  # 91
-    "tests/slurm/test_multinode_arrays.py",  # 60
-    "tests/test_readme.py",  # 56
-    "tests/docs/test_notebooks.py",  # 50
-    "tests/cli/test_drain.py",  # 49
-    "tests/docs/test_docs_snippets.py",  # 46
-    "tests/dedup/test_fuzzy_resume.py",  # 44
-    "tests/cli/test_cli.py",  # 36
-    "tests/backends/test_worker_memory.py",  # 35
-    "tests/nemo/test_ray_interop.py",  # 32
-    "tests/resumability/test_interrupt_resume.py",  # 28
-    "tests/backends/test_external_cluster_faults.py",  # 26
+SLOW_FILES_FIRST = (  # seconds summed per file in a `-n 3 --durations=0` run, 2026-12-05
+    "tests/data_juicer/test_recipe_jobs.py",  # 134
+    "tests/data_juicer/test_recipe_run.py",  # 121
+    "tests/slurm/test_multinode_cluster.py",  # 117
+    "tests/slurm/test_real_slurm.py",  # 116
+    "tests/docs/test_docs_snippets.py",  # 103
+    "tests/data_juicer/test_recipe_job_commands.py",  # 100
+    "tests/docs/test_notebooks.py",  # 97
+    "tests/test_readme.py",  # 95
+    "tests/slurm/test_multinode_arrays.py",  # 62
+    "tests/cli/test_cli.py",  # 61
+    "tests/cli/test_drain.py",  # 47
+    "tests/dedup/test_fuzzy_resume.py",  # 47
+    "tests/data_juicer/test_dedup.py",  # 43
+    "tests/backends/test_worker_memory.py",  # 39
+    "tests/data_juicer/test_fast_ops.py",  # 36
+    "tests/data_juicer/test_offline_ops_recipe.py",  # 34
+    "tests/data_juicer/test_recipe_slurm.py",  # 33
+    "tests/nemo/test_ray_interop.py",  # 30
 )
 
 
