@@ -63,6 +63,15 @@ def _executor(args: argparse.Namespace) -> Any:
     return run_executor(args)
 
 
+def _quiet_data_juicer_logs() -> None:
+    """This process is the command's: loguru (Data-Juicer's logger, INFO and up on stderr by
+    default) says warnings and errors only, as the command's own log does."""
+    from loguru import logger as loguru
+
+    loguru.remove()
+    loguru.add(sys.stderr, level="WARNING")
+
+
 def _resume_command(argv: list[str], job_id: str) -> str:
     """The command that resumes this job: this one, with ``--resume JOB`` (and without
     ``--job-id``, which the resume names)."""
@@ -106,6 +115,7 @@ def cmd_dj_run(argv: list[str]) -> int:
     from curator_dask.data_juicer.recipe import RecipeError, load_recipe
     from curator_dask.errors import RunStopped
 
+    _quiet_data_juicer_logs()
     try:
         recipe = load_recipe(path, overrides)
     except RecipeError as exc:

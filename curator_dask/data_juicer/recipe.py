@@ -177,20 +177,18 @@ def _parse(spec: dict[str, Any], overrides: list[str], path: str, base: str) -> 
 @contextlib.contextmanager
 def _quiet_loguru() -> Any:
     """Data-Juicer logs each config step with loguru, and an operator whose download fails
-    logs its traceback: while the recipe is read and its operators built, nothing of that
-    reaches the terminal (a refusal is one line); afterwards loguru says warnings and errors
-    on stderr."""
-    import sys
-
+    logs (and prints) its traceback: while the recipe is read and its operators built,
+    Data-Juicer's loguru records are turned off and what it prints is kept off the terminal
+    (a refusal is one line). Other loguru sinks of the process (NeMo Curator's, the ones
+    curator_dask forwards worker records through) are left as they are."""
     from loguru import logger as loguru
 
-    loguru.remove()
+    loguru.disable("data_juicer")
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
-        loguru.remove()
-        loguru.add(sys.stderr, level="WARNING")
+        loguru.enable("data_juicer")
 
 
 def check_ops(recipe: Recipe) -> None:
