@@ -19,21 +19,21 @@ if TYPE_CHECKING:
 LOGGER = "curator_dask_loguru"  # the stdlib logger that carries workers' loguru records
 _lock = threading.Lock()
 _driver_handler: logging.Handler | None = None
-_bridged = False  # this (worker) process sends loguru's records into stdlib logging
 
 
 def bridge_worker_loguru(level: int = logging.INFO) -> None:
-    """In a worker process: loguru's records become stdlib records (idempotent)."""
-    global _bridged
+    """In a worker process: loguru's records become stdlib records.
+
+    Called at each run's worker setup, and installed again each time: a library imported on
+    the worker since the last run may have removed every loguru sink (importing
+    ``data_juicer`` does, to add its own stderr sink), which would leave NeMo's records of
+    this run nowhere. Setup runs before the run's tasks, so no record falls in between."""
     from loguru import logger
 
     with _lock:
-        if _bridged:
-            return
         logger.remove()
         logger.add(_to_stdlib, level=level, format="{message}")
         logging.getLogger(LOGGER).setLevel(level)
-        _bridged = True
 
 
 def _to_stdlib(message: Message) -> None:

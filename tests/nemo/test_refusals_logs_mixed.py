@@ -68,6 +68,20 @@ def test_loguru_records_from_workers_reach_the_driver(tmp_path, executor):
     assert lines[0].startswith("tests.nemo.nemo_pipelines | [worker tcp://127.0.0.1:")
 
 
+def _import_data_juicer() -> None:
+    import data_juicer  # noqa: F401 (its import removes every loguru sink of the process)
+
+
+def test_loguru_records_reach_the_driver_after_a_library_removed_the_workers_sinks(
+        tmp_path, executor):
+    # Data-Juicer's operators import ``data_juicer`` on the shared workers, which removes the
+    # bridge of an earlier NeMo run: the next run installs it again.
+    curation_pipeline(write_input(tmp_path / "first", files=2, docs=5), tmp_path / "out1",
+                      extra=[CountRows()]).run(executor=executor)
+    executor.client.run(_import_data_juicer)
+    test_loguru_records_from_workers_reach_the_driver(tmp_path, executor)
+
+
 def _mixed(data, out, min_words: int = 6) -> Pipeline:
     p = Pipeline(name="mixed")
     p.add_stage(JsonlReader(file_paths=str(data), files_per_partition=2))
