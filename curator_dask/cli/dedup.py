@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from curator_dask.cli.common import EXIT_OK, PROG, UsageError
 
@@ -47,6 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="input bytes per file group, one task each (default 256MiB: a "
                             "CPU worker's share; NeMo's GPU-sized defaults are 2GiB exact, "
                             "1GiB fuzzy)")
+        p.add_argument("--partition-mode", choices=["auto", "manual"], default=None,
+                       help="read row ranges of the files instead of whole files, so a big "
+                            "file is several tasks (--blocksize is then unused): auto, ranges "
+                            "of about 256 MB in memory per file; manual, --num-partitions "
+                            "ranges over all the input")
+        p.add_argument("--num-partitions", type=int, default=None, metavar="N",
+                       help="with --partition-mode manual: the number of row ranges")
         p.add_argument("--normalize-text", action="store_true",
                        help="lowercase, collapse whitespace and strip before hashing")
         p.add_argument("--checkpoint-path", metavar="PATH",
@@ -103,6 +110,23 @@ def _sniff(inputs: list[str]) -> str:
     return "parquet"
 
 
+def _partition(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``partition=`` from ``--partition-mode`` / ``--num-partitions`` (usage errors here)."""
+    if args.partition_mode is None:
+        if args.num_partitions is not None:
+            raise UsageError("--num-partitions needs --partition-mode manual")
+        return None
+    if args.partition_mode == "auto":
+        if args.num_partitions is not None:
+            raise UsageError("--num-partitions is for --partition-mode manual; auto sizes "
+                             "the ranges itself: drop --num-partitions")
+        return {"mode": "auto"}
+    if args.num_partitions is None or args.num_partitions < 1:
+        raise UsageError("--partition-mode manual needs --num-partitions N (N >= 1), got "
+                         f"{args.num_partitions}")
+    return {"mode": "manual", "num_of_partitions": args.num_partitions}
+
+
 def _workflow(
         args: argparse.Namespace,
 ) -> ExactDeduplicationWorkflow | FuzzyDeduplicationWorkflow:
@@ -112,6 +136,7 @@ def _workflow(
                   checkpoint_path=args.checkpoint_path, verify_inputs=args.verify_inputs)
     if args.blocksize:
         common["input_blocksize"] = args.blocksize
+    common["partition"] = _partition(args)
     if args.kind == "exact":
         from curator_dask.dedup import ExactDeduplicationWorkflow
 

@@ -43,6 +43,7 @@ from curator_dask.dedup.exact_ids import (
 from curator_dask.dedup.phases import (
     ID_COLUMN,
     check_initial_tasks,
+    phase1_partition,
     quiet_shuffle_notices,
     said_once,
 )
@@ -68,7 +69,9 @@ class ExactDeduplicationWorkflow(WorkflowBase):
     and the ids equal a clean run's) and ``cache_path`` (where the hashes go; default
     ``<checkpoint_path>/exact_cache``, else a temporary folder under ``output_path`` removed at
     the end), and ``verify_inputs`` (with a checkpoint: input files changed since the run that
-    hashed them are hashed again; ``"fingerprint"``, ``"content"`` or ``"off"``). NeMo's GPU
+    hashed them are hashed again; ``"fingerprint"``, ``"content"`` or ``"off"``), and
+    ``partition`` (row ranges of the files in phase 1, as the readers' ``partition=``: a big
+    file is several tasks; ``input_blocksize`` is then unused). NeMo's GPU
     settings (``rmm_pool_size``, ``spill_memory_limit``, ``use_async_memory``, ``env_vars``)
     and ``identification_batchsize`` are accepted and ignored, with one warning when set.
 
@@ -104,6 +107,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         checkpoint_path: str | None = None,
         cache_path: str | None = None,
         verify_inputs: str = "fingerprint",
+        partition: dict[str, Any] | None = None,
     ) -> None:
         self.output_path = output_path
         self.input_path = input_path
@@ -126,6 +130,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         self.checkpoint_path = checkpoint_path
         self.cache_path = cache_path
         self.verify_inputs = verify_inputs
+        self.partition = phase1_partition(partition)
         self._validate_inputs()
 
     @property
@@ -232,7 +237,8 @@ class ExactDeduplicationWorkflow(WorkflowBase):
                 input_blocksize=self.input_blocksize, input_file_extensions=self._extensions(),
                 read_kwargs=self.read_kwargs, id_field=self.id_field, assign_id=self.assign_id,
                 out_dir=posixpath.join(cache, "hashes"), checkpoint_path=self.checkpoint_path,
-                initial_tasks=initial_tasks, verify_inputs=self.verify_inputs)
+                initial_tasks=initial_tasks, verify_inputs=self.verify_inputs,
+                partition=self.partition)
         hash_time = time.time() - t0
         logger.info("exact dedup: hashed %d documents in %d file groups in %.2f s",
                     phase1.num_documents, len(phase1.groups), hash_time)

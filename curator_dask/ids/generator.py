@@ -85,7 +85,11 @@ class IdGeneratorBase:
 
     def register_batch(self, files: str | list[str], count: int) -> int:
         """The first id of ``files``' range, registering ``count`` ids for them if new."""
-        key = self.hash_files(files)
+        return self.register_key(self.hash_files(files), count)
+
+    def register_key(self, key: str, count: int) -> int:
+        """:meth:`register_batch` by the group's key (a row-range partition's deterministic
+        id, as NeMo keys a task that is not a file group)."""
         known = self.batch_registry.get(key)
         if known is not None:
             return known[0]
@@ -99,15 +103,28 @@ class IdGeneratorBase:
         paths = [filepath] if isinstance(filepath, str) else [str(p) for p in filepath]
         return str(uuid.uuid5(uuid.NAMESPACE_URL, ";".join(paths)))
 
+    def record_file_range(self, path: str, first: int, last: int) -> None:
+        """Record one file's own ids inside a registered group, no new ids: a reader that
+        groups the files otherwise (another blocksize, files_per_partition) finds them. The
+        entry is NeMo's (``hash_files([path])``), so NeMo's ``IdGeneratorBase`` reads it too;
+        a group of that one file, registered already, keeps its entry (the same range)."""
+        self.batch_registry.setdefault(self.hash_files([path]), (int(first), int(last)))
+
     def get_batch_range(self, files: str | list[str] | None,
                         key: str | None = None) -> tuple[int, int]:
-        """``(min_id, max_id)`` (inclusive) of a registered group, by its files or its key."""
+        """``(min_id, max_id)`` (inclusive) of a registered group, by its files or its key.
+
+        Files grouped otherwise than when the ids were registered resolve through the files'
+        own entries (:meth:`record_file_range`) when their ranges follow each other in the
+        group's order, as they do for consecutive files of one listing."""
         if files is not None and key is None:
             key = self.hash_files(files)
         elif files is not None or key is None:
             msg = "Either files or key must be provided"  # NeMo's message
             raise ValueError(msg)
         found = self.batch_registry.get(key)
+        if found is None and files is not None and not isinstance(files, str):
+            found = self._range_of_files([str(f) for f in files])
         if found is None:
             what = f"files {files!r}" if files is not None else f"key {key!r}"
             msg = (f"no ids are registered for {what} (key {key}): assign ids with the id "
@@ -116,6 +133,17 @@ class IdGeneratorBase:
                    f"files_per_partition), or generate them with _generate_ids=True")
             raise UnknownBatchError(msg)
         return found
+
+    def _range_of_files(self, files: list[str]) -> tuple[int, int] | None:
+        """The range of ``files`` from each file's own entry, when each starts where the one
+        before it ended; ``None`` otherwise."""
+        ranges = [self.batch_registry.get(self.hash_files([f])) for f in files]
+        if len(files) < 2 or any(r is None for r in ranges):
+            return None
+        known = [r for r in ranges if r is not None]
+        if any(b[0] != a[1] + 1 for a, b in zip(known, known[1:], strict=False)):
+            return None
+        return known[0][0], known[-1][1]
 
     def state(self) -> dict[str, Any]:
         """NeMo's JSON document of this state (tuples as lists, as ``json.dump`` writes)."""

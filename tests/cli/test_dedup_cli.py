@@ -53,6 +53,33 @@ def test_a_group_over_the_blocksize_is_warned_of_once(tmp_path):
         assert len(lines) == 1, done.stderr
 
 
+def test_row_ranges_split_the_files_of_phase_1(tmp_path):
+    """Issue 35, item 2: --partition-mode manual --num-partitions N gives N tasks, ranges of
+    the two files, with the same duplicates as whole files."""
+    corpus = _corpus(tmp_path / "corpus")
+    done = cli("dedup", "exact", str(corpus), "--output", str(tmp_path / "out"),
+               "--normalize-text", "--partition-mode", "manual", "--num-partitions", "3",
+               "--remove", "--workers", "2", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "exact_deduplication: 7 duplicates found" in done.stdout, done.stdout
+    assert "hashed 10 documents in 3 file groups" in done.stderr, done.stderr
+    kept = pd.concat(pd.read_json(p, lines=True)
+                     for p in (tmp_path / "out" / "deduplicated").iterdir())
+    assert sorted(kept["doc"]) == ["0-0", "0-2", "0-4"]
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--num-partitions", "3"], "--num-partitions needs --partition-mode manual"),
+    (["--partition-mode", "manual"], "--partition-mode manual needs --num-partitions N"),
+    (["--partition-mode", "auto", "--num-partitions", "2"], "drop --num-partitions"),
+])
+def test_partition_options_are_checked_before_any_cluster(tmp_path, extra, says):
+    done = cli("dedup", "exact", str(tmp_path), "--output", str(tmp_path / "out"), *extra,
+               timeout=120)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_readmes_dedup_outputs_are_ignored_by_git():
     """Issue 32, item 13c: the README's dedup commands run in examples/ and write dedup/."""
     for path in ("examples/dedup/exact/ExactDuplicateIds/part.0.parquet",

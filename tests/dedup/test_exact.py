@@ -157,7 +157,10 @@ def test_initial_tasks_nemos_or_ours_in_any_order(executor, corpus, tmp_path):
         return parts_of(tmp_path / out / "ExactDuplicateIds")
 
     files = sorted(str(p) for p in corpus.glob("*.jsonl"))
-    planned = run("planned", input_path=str(corpus), input_blocksize="1kB")  # a file per group
+    # a file per group in listing order (with a blocksize the plan's order is by size,
+    # docs/deduplication.md "Removal with another grouping"); the tasks, in any order, are
+    # taken in the order of their paths
+    planned = run("planned", input_path=str(corpus), input_blocksize=None)
     ours = run("ours", [FileGroupTask(dataset_name="c", data=[f]) for f in reversed(files)])
     nemo = run("nemo", [NemoFileGroupTask(dataset_name="c", data=[f]) for f in files])
     for got in (ours, nemo):

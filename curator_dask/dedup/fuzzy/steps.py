@@ -118,7 +118,8 @@ class FuzzyRun:
             input_blocksize=wf.input_blocksize, input_file_extensions=wf.input_file_extensions,
             read_kwargs=wf.read_kwargs, id_field=None, assign_id=True,
             out_dir=wf.cache_dir(MINHASH_DIR), checkpoint_path=wf.checkpoint_path,
-            initial_tasks=initial_tasks, verify_inputs=wf.verify_inputs)
+            initial_tasks=initial_tasks, verify_inputs=wf.verify_inputs,
+            partition=wf.partition)
         self.times["minhash"] = time.time() - start
         self.result.add_metadata("minhash_time", self.times["minhash"])
         self.result.add_metadata("num_documents", self.phase1.num_documents)

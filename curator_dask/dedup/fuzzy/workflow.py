@@ -24,7 +24,12 @@ from curator_dask.dedup.fuzzy.components import CC_DIR, DUPLICATE_IDS_DIR
 from curator_dask.dedup.fuzzy.lsh import EDGES_DIR, LSH_DIR
 from curator_dask.dedup.fuzzy.minhash import MinHashSignature
 from curator_dask.dedup.fuzzy.steps import FuzzyRun
-from curator_dask.dedup.phases import check_initial_tasks, quiet_shuffle_notices, said_once
+from curator_dask.dedup.phases import (
+    check_initial_tasks,
+    phase1_partition,
+    quiet_shuffle_notices,
+    said_once,
+)
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
 from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
@@ -45,7 +50,9 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
     ``false_positive_check`` / ``jaccard_threshold`` (NeMo 0.x's Jaccard check of candidate
     pairs), ``checkpoint_path`` (a killed run, run again with the same paths, resumes) and
     ``verify_inputs`` (with a checkpoint: input files changed since the run that completed
-    them are read again; ``"fingerprint"``, ``"content"`` or ``"off"``).
+    them are read again; ``"fingerprint"``, ``"content"`` or ``"off"``) and ``partition``
+    (row ranges of the files in phase 1, as the readers' ``partition=``: a big file is
+    several tasks; ``input_blocksize`` is then unused).
     ``run`` writes ``<output_path>/FuzzyDuplicateIds/part.<i>.parquet`` (column
     ``_curator_dedup_id``: every document of a duplicate group but the one with the smallest
     id) and ``<output_path>/fuzzy_id_generator.json`` (NeMo's id generator state, for
@@ -89,6 +96,7 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
         jaccard_threshold: float = 0.8,
         checkpoint_path: str | None = None,
         verify_inputs: str = "fingerprint",
+        partition: dict[str, Any] | None = None,
     ) -> None:
         self.cache_path = str(cache_path)
         self.output_path = str(output_path)
@@ -117,6 +125,7 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
         self.jaccard_threshold = jaccard_threshold
         self.checkpoint_path = None if checkpoint_path is None else str(checkpoint_path)
         self.verify_inputs = verify_inputs
+        self.partition = phase1_partition(partition)
         self.num_hashes = num_bands * minhashes_per_band
         self._validate_inputs()
 

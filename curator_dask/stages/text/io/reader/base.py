@@ -200,15 +200,34 @@ def add_ids(batch: DocumentBatch, task: FileGroupTask, *, generate: bool) -> Non
     count = batch.num_items
     if generate:
         first = ids.register_batch(key, count)
+        values = np.arange(first, first + count, dtype=np.int64)
     else:
-        first, last = ids.get_batch_range(key, None)
-        if last - first + 1 != count:
-            msg = (f"the id generator holds {last - first + 1} ids for {key} but the partition "
+        values = _assigned(key, pieces)
+        if len(values) != count:
+            msg = (f"the id generator holds {len(values)} ids for {key} but the partition "
                    f"has {count} rows: its files changed since the ids were generated; "
                    "generate them again (_generate_ids=True)")
             raise ValueError(msg)
-    values = np.arange(first, first + count, dtype=np.int64)
     if isinstance(batch.data, pa.Table):
         batch.data = batch.data.append_column(ids.CURATOR_DEDUP_ID_STR, pa.array(values))
     else:
         batch.data[ids.CURATOR_DEDUP_ID_STR] = values
+
+
+def _assigned(key: str | list[str], pieces: Any) -> np.ndarray:
+    """The registered ids of a partition: its group's range, or, for files grouped otherwise
+    than when the ids were registered, each file's own range in the group's order (the ranges
+    need not follow each other, as NeMo's reader needs)."""
+    from curator_dask.ids import generator as ids
+
+    try:
+        first, last = ids.get_batch_range(key, None)
+    except ids.UnknownBatchError as unknown:
+        if pieces or isinstance(key, str) or len(key) < 2:
+            raise
+        try:
+            spans = [ids.get_batch_range([path], None) for path in key]
+        except ids.UnknownBatchError:
+            raise unknown from None
+        return np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in spans])
+    return np.arange(first, last + 1, dtype=np.int64)
