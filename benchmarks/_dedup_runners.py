@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -56,20 +58,28 @@ def doc_indices(dedup_ids: np.ndarray, generator_json: str, args: dict[str, Any]
     stage = FilePartitioningStage(file_paths=args["src"], blocksize=args["blocksize"],
                                   file_extensions=extensions)
     groups = {}
-    for task in stage.process(EmptyTask()):
-        paths = list(task.data)
+
+    def known(paths: list[str]) -> None:
         local = [p.removeprefix("file://") for p in paths]
         groups[str(uuid.uuid5(uuid.NAMESPACE_URL, ";".join(paths)))] = np.concatenate(
             [np.arange(starts[p], starts[p] + rows[p]) for p in local])
+
+    for task in stage.process(EmptyTask()):
+        known(list(task.data))
+        for path in task.data:  # the files' own ranges, beside their groups'
+            known([path])
     with open(generator_json) as f:
         registry = json.load(f)["batch_registry"]
     doc = np.full(max((high + 1 for _, high in registry.values()), default=0), -1, np.int64)
     for key, (low, high) in registry.items():
-        if key not in groups or len(groups[key]) != high - low + 1:
-            msg = (f"id range {low}-{high} (key {key}) is not one of the file groups that "
-                   f"FilePartitioningStage makes with blocksize {args['blocksize']}")
-            raise SystemExit(msg)
-        doc[low:high + 1] = groups[key]
+        # a range of something else (a row range, the whole corpus) is covered by the files'
+        if key in groups and len(groups[key]) == high - low + 1:
+            doc[low:high + 1] = groups[key]
+    if (doc < 0).any():
+        missing = int(np.flatnonzero(doc < 0)[0])
+        msg = (f"id {missing} is in no id range of a file or of a file group that "
+               f"FilePartitioningStage makes with blocksize {args['blocksize']}")
+        raise SystemExit(msg)
     return doc[dedup_ids]
 
 
@@ -86,14 +96,69 @@ def removed_ids(directory: str) -> np.ndarray:
 def worker_stats(dask_worker: Any) -> dict[str, int]:
     """Peak RSS of this Dask worker process, and what it wrote to disk: P2P shuffle files and
     memory spilled by the worker's SpillBuffer (digests of distributed's context meter)."""
-    p2p = spill = 0
-    for key, value in dask_worker.digests_total.items():
-        if isinstance(key, tuple) and key[-2:] == ("disk-write", "bytes"):
-            if key[0] == "p2p":
-                p2p += int(value)
-            else:
-                spill += int(value)
-    return {"peak_rss": peak_rss(), "p2p_disk_bytes": p2p, "spill_disk_bytes": spill}
+    from curator_dask.dedup.meter import worker_usage
+
+    return dict(worker_usage(dask_worker))
+
+
+# the log lines that end a phase of each workflow: (logger, message start, phase; None: the
+# phase is the line's first argument)
+PHASE_ENDS = [
+    ("curator_dask.dedup.exact", "exact dedup: hashed", "hash"),
+    ("curator_dask.dedup.exact", "Id generator written", "duplicates"),
+    ("curator_dask.dedup.fuzzy.steps", "Minhash pipeline completed", "minhash"),
+    ("curator_dask.dedup.fuzzy.steps", "fuzzy phase %s done in", None),
+]
+
+
+class PhaseMeter(logging.Handler):
+    """At each log line that ends a phase (:data:`PHASE_ENDS`), every worker's counters
+    (``curator_dask.dedup.meter``) and the driver's peak RSS, each peak reset for the next
+    phase: per phase, each worker's peak RSS and the bytes the P2P shuffle and the memory
+    spill wrote to disk (differences of the workers' cumulative counters)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)  # a phase's end may be said at DEBUG
+        self.client: Any = None
+        self.started = 0.0
+        self.last: dict[str, Any] = {}
+        self.pids: set[int] = set()
+        self.phases: list[dict[str, Any]] = []
+
+    def start(self, client: Any) -> None:
+        from curator_dask.dedup.meter import cluster_usage, peak_rss
+
+        self.client, self.started = client, time.perf_counter()
+        self.last = cluster_usage(client, reset=True)
+        self.pids = {u["pid"] for u in self.last.values()}
+        peak_rss(reset=True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.client is None or threading.current_thread() is not threading.main_thread():
+            return  # a line from another thread: client.run from it could wait on itself
+        for name, start, phase in PHASE_ENDS:
+            if record.name == name and str(record.msg).startswith(start):
+                self.end(phase or str(record.args[0] if record.args else "?"))
+                return
+
+    def end(self, phase: str) -> None:
+        from curator_dask.dedup.meter import cluster_usage, peak_rss
+
+        now = cluster_usage(self.client, reset=True)
+        counters = ("p2p_disk_bytes", "p2p_disk_writes", "p2p_limited_seconds",
+                    "spill_disk_bytes")
+        workers = {}
+        for address, usage in now.items():
+            before = self.last.get(address)
+            if before is None or before["pid"] != usage["pid"]:  # a new or restarted worker
+                before = dict.fromkeys(counters, 0)
+            workers[address] = {"peak_rss": usage["peak_rss"],
+                                **{k: usage[k] - before[k] for k in counters}}
+        self.pids |= {u["pid"] for u in now.values()}
+        stamp = time.perf_counter()
+        self.phases.append({"phase": phase, "seconds": stamp - self.started,
+                            "driver_peak_rss": peak_rss(reset=True), "workers": workers})
+        self.started, self.last = stamp, now
 
 
 def run_curator_dask(args: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -112,11 +177,20 @@ def run_curator_dask(args: dict[str, Any], kind: str) -> dict[str, Any]:
         workflow = ExactDeduplicationWorkflow(assign_id=True, **common, **args["extra"])
         ids_dir, json_name = "ExactDuplicateIds", "exact_id_generator.json"
     cluster_kwargs = {"memory_limit": args["memory_limit"]} if args["memory_limit"] else None
+    meter = PhaseMeter() if args.get("per_phase") else None
     started = time.perf_counter()
     with DaskExecutor(n_workers=args["workers"], threads_per_worker=1, progress=False,
                       cluster_kwargs=cluster_kwargs) as executor:
+        if meter is not None:
+            watched = logging.getLogger("curator_dask.dedup")
+            watched.setLevel(logging.DEBUG)
+            watched.addHandler(meter)
+            meter.start(executor.client)
+            started = time.perf_counter()  # the workflow alone: the cluster is up
         result = workflow.run(executor=executor)
         ran = time.perf_counter() - started
+        if meter is not None:
+            meter.end("rest")  # what came after the last phase's line (the ids' files)
         workers = list(executor.client.run(worker_stats).values())
     ids = removed_ids(os.path.join(out, ids_dir))
     removed = doc_indices(ids, os.path.join(out, json_name), args)
@@ -127,7 +201,9 @@ def run_curator_dask(args: dict[str, Any], kind: str) -> dict[str, Any]:
     phases = {k.removesuffix("_time"): v for k, v in metadata.items()
               if k.endswith("_time") and k not in aggregates}
     return {"run_s": ran, "phases": phases, "workers": workers, "driver_rss": peak_rss(),
-            "num_duplicates": metadata.get("num_duplicates")}
+            "num_duplicates": metadata.get("num_duplicates"),
+            "per_phase": None if meter is None else meter.phases,
+            "worker_processes": None if meter is None else len(meter.pids)}
 
 
 # -- datatrove: its four MinHash stages on LocalPipelineExecutor -----------------------------

@@ -41,6 +41,20 @@ cluster of s documents, s - 1 removals are right). Run from the repository root:
   (``similarity=1.0``), documents of ``--words`` (default 100-300) words. Printed for
   curator_dask: each worker's peak RSS and the bytes it wrote to disk (P2P shuffle files and
   memory spill). Target: curator_dask <= 0.7 x the pandas time at 1,000,000 documents.
+- scale (issue 35): both workflows on corpora of several sizes (``--docs``, default 1,000,000
+  and 10,000,000), each generated once in chunks of 200,000 documents (two processes; files
+  of ``--docs-per-file`` documents, ``id`` the doc index): in each chunk, half are a
+  ``planted_corpus`` with clusters of exact copies, half one with near-duplicate clusters
+  (``--similarity``), 100-300 words per document. Each workflow runs on 2 workers with
+  ``--memory-limit`` each (default 1.5GiB), and is scored against the clusters it should
+  find (exact: the exact copies only, a near-duplicate removed is a wrong removal; fuzzy:
+  all). Per phase (the workflows' log line at each phase's end), every worker's and the
+  driver's peak RSS (``VmHWM``, reset at each phase's end) and the bytes the P2P shuffle and
+  the memory spill wrote to disk (the workers' own counters, ``curator_dask.dedup.meter``).
+  Target: (t_big / t_small) / (docs_big / docs_small) <= 1.3, on the workflow's time. Each
+  run's outputs are removed after it (``--keep-outputs`` keeps them):
+
+      python benchmarks/bench_dedup.py scale --docs 1000000 10000000
 
 Each run appends one row to benchmarks/RESULTS.md (``--no-record`` to skip).
 """
@@ -50,6 +64,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import glob
 import json
 import os
 import platform
@@ -343,16 +358,261 @@ def record(args: argparse.Namespace, kind: str, results: dict, scores: dict) -> 
                 *[cell(s) for s in sides], ratio(cd, peer) if cd and peer else "n/a"])
 
 
+# -- scale: both workflows past memory, at several corpus sizes ------------------------------
+
+SCALE_CHUNK = 200_000  # documents generated at once (two processes: about 1 GB of texts)
+
+
+def scale_vocabulary(seed: int, n: int = 20_000) -> list[str]:
+    """``n`` distinct pseudo-words (2-10 lowercase letters), one vocabulary for every chunk."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 2])
+    words: dict[str, None] = {}
+    while len(words) < n:
+        for length in rng.integers(2, 11, n):
+            words["".join(chr(97 + c) for c in rng.integers(0, 26, length))] = None
+            if len(words) == n:
+                break
+    return list(words)
+
+
+def scale_chunk(job: dict) -> dict:
+    """Generate and write one chunk: half clusters of exact copies, half near-duplicate clusters
+    (``job["similarity"]``), each half a ``planted_corpus`` of its own; its files
+    ``part-<global index>.jsonl`` of ``job["per_file"]`` documents whose ``id`` is the global
+    doc index. Returns the chunk's truth with local labels."""
+    import numpy as np
+
+    from curator_dask.dedup.synthetic import planted_corpus
+
+    n, first = job["docs"], job["first"]
+    halves = [(n // 2, 1.0), (n - n // 2, job["similarity"])]
+    texts: list[str] = []
+    cluster, exact, pairs, far = [], [], [], []
+    base = 0
+    for i, (size, similarity) in enumerate(halves):
+        if size == 0:
+            continue
+        p = planted_corpus(size, seed=job["seed"] * 1_000_003 + 2 * job["chunk"] + i,
+                           words=tuple(job["words"]), similarity=similarity,
+                           vocabulary=job["vocabulary"])
+        labels = np.where(p.cluster >= 0, p.cluster + base, -1)
+        base += p.n_clusters
+        cluster.append(labels)
+        exact.append(np.full(p.n_clusters, similarity == 1.0))
+        pairs.append(p.cluster_pairs + len(texts) + first)
+        far.append(p.far_pairs + len(texts) + first)
+        texts += p.texts
+    rows = []
+    for k, start in enumerate(range(0, n, job["per_file"])):
+        chunk_texts = texts[start:start + job["per_file"]]
+        lines = [json.dumps({"id": first + start + j, "text": t})
+                 for j, t in enumerate(chunk_texts)]
+        path = os.path.join(job["dir"], f"part-{job['first_file'] + k:06d}.jsonl")
+        with open(path + ".tmp", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(path + ".tmp", path)
+        rows.append(len(chunk_texts))
+    return {"cluster": np.concatenate(cluster), "exact": np.concatenate(exact),
+            "pairs": np.concatenate(pairs), "far": np.concatenate(far), "rows": rows,
+            "bytes": sum(len(t) + 30 for t in texts)}
+
+
+def scale_corpus(args: argparse.Namespace, docs: int) -> tuple[str, dict]:
+    """The scale corpus of ``docs`` documents (made once; chunks generated two at a time) and
+    its truth: cluster labels, whether each cluster is exact copies, pairs, far pairs."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    import numpy as np
+
+    key = (f"scale-{docs}-w{args.words[0]}_{args.words[1]}-s{args.similarity}"
+           f"-p{args.docs_per_file}-seed{args.seed}")
+    root = os.path.join(args.data, key)
+    if not os.path.exists(os.path.join(root, "done")):
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(os.path.join(root, "input"))
+        print(f"generating the corpus {key} (once) ...", flush=True)
+        started = time.perf_counter()
+        vocabulary = scale_vocabulary(args.seed)
+        chunk = max(args.docs_per_file, SCALE_CHUNK // args.docs_per_file * args.docs_per_file)
+        jobs = []
+        for c, first in enumerate(range(0, docs, chunk)):
+            jobs.append({"chunk": c, "first": first, "docs": min(chunk, docs - first),
+                         "first_file": first // args.docs_per_file, "seed": args.seed,
+                         "per_file": args.docs_per_file, "words": args.words,
+                         "similarity": args.similarity, "vocabulary": vocabulary,
+                         "dir": os.path.join(root, "input")})
+        parts = []
+        with ProcessPoolExecutor(max_workers=min(2, len(jobs))) as pool:
+            for part in pool.map(scale_chunk, jobs):
+                parts.append(part)
+                print(f"  {sum(len(p['cluster']) for p in parts):,} documents", flush=True)
+        offsets = np.cumsum([0] + [len(p["exact"]) for p in parts])
+        cluster = np.concatenate([np.where(p["cluster"] >= 0, p["cluster"] + o, -1)
+                                  for p, o in zip(parts, offsets, strict=False)])
+        np.savez(os.path.join(root, "truth.npz"), cluster=cluster,
+                 exact=np.concatenate([p["exact"] for p in parts]),
+                 cluster_pairs=np.concatenate([p["pairs"] for p in parts]),
+                 far_pairs=np.concatenate([p["far"] for p in parts]),
+                 rows=np.asarray([r for p in parts for r in p["rows"]]))
+        size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(root, "input", "*")))
+        print(f"  {docs:,} documents, {size / 1e9:,.2f} GB in {sum(len(p['rows']) for p in parts)}"
+              f" files, {time.perf_counter() - started:.0f} s", flush=True)
+        open(os.path.join(root, "done"), "w").close()
+    with np.load(os.path.join(root, "truth.npz")) as z:
+        truth = {name: z[name] for name in z.files}
+    return root, truth
+
+
+def scale_score(truth: dict, kind: str, removed):
+    """Score against the clusters ``kind`` should find: every cluster for fuzzy, the clusters
+    of exact copies for exact (removing a near-duplicate is then a wrong removal)."""
+    import numpy as np
+
+    from curator_dask.dedup.synthetic import PlantedCorpus
+
+    cluster = truth["cluster"]
+    pairs = truth["cluster_pairs"]
+    if kind == "exact":
+        keep = np.concatenate([truth["exact"], [False]])  # label -1 reads the last entry
+        cluster = np.where(keep[cluster], cluster, -1)
+        pairs = pairs[cluster[pairs[:, 0]] >= 0] if len(pairs) else pairs
+    planted = PlantedCorpus(texts=[""] * len(cluster), cluster=cluster, cluster_pairs=pairs,
+                            cluster_jaccard=np.ones(len(pairs)), far_pairs=truth["far_pairs"],
+                            far_jaccard=np.zeros(len(truth["far_pairs"])))
+    return planted.score(removed)
+
+
+def scale_side(args: argparse.Namespace, kind: str, root: str, truth: dict) -> dict:
+    side = {"src": os.path.join(root, "input"), "format": "jsonl",
+            "work": os.path.join(root, "runs", kind), "workers": args.workers,
+            "blocksize": args.blocksize, "bands": 20, "rows": 13, "threshold": 0.8,
+            "n_grams": 4, "memory_limit": args.memory_limit, "per_phase": True,
+            "rows_per_file": [int(r) for r in truth["rows"]],
+            "extra": json.loads(args.curator_dask_kwargs)}
+    result = run_side(f"curator_dask_{kind}", side, args.timeout)
+    result["side"] = kind
+    if not result["failed"] and not result["timed_out"]:
+        result["score"] = scale_score(truth, kind, result["removed"])
+    if not args.keep_outputs and not result["failed"]:
+        shutil.rmtree(side["work"], ignore_errors=True)  # the next run needs the disk
+    return result
+
+
+def show_scale(args: argparse.Namespace, docs: int, kind: str, r: dict) -> None:
+    head = f"{kind:>6} {docs:>12,} docs:"
+    if r["failed"]:
+        print(f"{head} FAILED, {r['failed']}", flush=True)
+        return
+    if r["timed_out"]:
+        print(f"{head} > {r['wall']:.0f} s (timed out; peak RSS of the tree so far "
+              f"{mib(r['tree'])} MiB)", flush=True)
+        return
+    s = r["score"]
+    print(f"{head} {r['wall']:.1f} s ({r['run_s']:.1f} s in the workflow), precision "
+          f"{s.precision:.4f}, recall {s.recall:.4f} (removed {s.removed:,} of {s.expected:,} "
+          f"expected); peak RSS of the tree {mib(r['tree'])} MiB (PSS {mib(r['tree_pss'])}); "
+          f"workers restarted: {r['worker_processes'] - args.workers}", flush=True)
+    addresses = sorted({a for p in r["per_phase"] for a in p["workers"]})
+    print(f"{'':>8}{'phase':<12}{'s':>8}{'driver MiB':>12}" + "".join(
+        f"{f'w{i} MiB':>9}{f'w{i} P2P disk MiB':>17}{f'w{i} spill MiB':>14}"
+        for i in range(len(addresses))))
+    for p in r["per_phase"]:
+        cells = "".join(
+            f"{mib(w['peak_rss']):>9}{mib(w['p2p_disk_bytes']):>17}"
+            f"{mib(w['spill_disk_bytes']):>14}" if w else f"{'-':>9}{'-':>17}{'-':>14}"
+            for w in (p["workers"].get(a) for a in addresses))
+        print(f"{'':>8}{p['phase']:<12}{p['seconds']:>8.1f}{mib(p['driver_peak_rss']):>12}"
+              + cells)
+
+
+def growth(results: dict, kind: str, sizes: list[int], key: str) -> float | None:
+    small, big = results.get((min(sizes), kind)), results.get((max(sizes), kind))
+    if not small or not big or any(x["failed"] or x["timed_out"] for x in (small, big)):
+        return None
+    return (big[key] / small[key]) / (max(sizes) / min(sizes))
+
+
+def scale(args: argparse.Namespace) -> None:
+    sizes = sorted(set(args.docs))
+    results: dict = {}
+    for docs in sizes:
+        root, truth = scale_corpus(args, docs)
+        for kind in args.workflows:
+            results[docs, kind] = scale_side(args, kind, root, truth)
+            show_scale(args, docs, kind, results[docs, kind])
+    if len(sizes) > 1:
+        for kind in args.workflows:
+            g_run = growth(results, kind, sizes, "run_s")
+            g_wall = growth(results, kind, sizes, "wall")
+            if g_run is None:
+                print(f"target: {kind} time growth {min(sizes):,} -> {max(sizes):,}: not "
+                      "measured (a run did not finish)")
+                continue
+            print(f"target: {kind} time growth {min(sizes):,} -> {max(sizes):,} documents, "
+                  f"(t_big / t_small) / (docs_big / docs_small) = {g_run:.3f} (workflow "
+                  f"time; {g_wall:.3f} with interpreter and cluster start) <= 1.3: "
+                  f"{'met' if g_run <= 1.3 else 'missed'}")
+    if not args.no_record:
+        record_scale(args, sizes, results)
+    failed = [f"{kind} at {docs:,}" for (docs, kind), r in results.items() if r["failed"]]
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}; logs: {args.data}/scale-*/runs/"
+                         "<workflow>/side.log")
+
+
+def record_scale(args: argparse.Namespace, sizes: list[int], results: dict) -> None:
+    sys.path.insert(0, HERE)
+    from _results import append_row
+
+    command = "`python benchmarks/bench_dedup.py " + " ".join(sys.argv[1:]) + "`"
+    setup = (f"{args.words[0]}-{args.words[1]} words, {args.docs_per_file:,} docs per jsonl "
+             f"file, {args.workers} workers, memory limit {args.memory_limit} each, "
+             f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    for (docs, kind), r in results.items():
+        if r["failed"] or r["timed_out"]:
+            cells = ["FAILED" if r["failed"] else f"> {r['wall']:.0f} s"] + ["-"] * 5
+        else:
+            s, phases = r["score"], r["per_phase"]
+            workers = [mib(max(p["workers"].get(a, {}).get("peak_rss", 0) for p in phases))
+                       for a in sorted({a for p in phases for a in p["workers"]})]
+            disk = ", ".join(
+                f"{p['phase']} {mib(sum(w['p2p_disk_bytes'] for w in p['workers'].values()))}"
+                for p in phases)
+            spill = sum(w["spill_disk_bytes"] for p in phases for w in p["workers"].values())
+            cells = [f"{r['wall']:.1f} s ({r['run_s']:.1f} s workflow)",
+                     f"P {s.precision:.4f} R {s.recall:.4f}",
+                     f"workers {' / '.join(workers)}, driver "
+                     f"{mib(max(p['driver_peak_rss'] for p in phases))}",
+                     f"{disk}; memory spill {mib(spill)}",
+                     str(r["worker_processes"] - args.workers)]
+        g = growth(results, kind, sizes, "run_s") if docs == max(sizes) != min(sizes) else None
+        append_row("Deduplication: scale", [
+            "date", "command", "setup", "workflow", "docs", "time", "precision / recall",
+            "peak RSS MiB", "P2P shuffle to disk MiB per phase", "workers restarted",
+            "time growth vs smallest"],
+            [datetime.date.today().isoformat(), command, setup, kind, f"{docs:,}", *cells,
+             "-" if g is None else f"{g:.3f}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["fuzzy", "exact"])
-    parser.add_argument("--docs", type=int, help="documents (default 100,000 fuzzy, "
-                        "1,000,000 exact)")
+    parser.add_argument("kind", choices=["fuzzy", "exact", "scale"])
+    parser.add_argument("--docs", type=int, nargs="+", help="documents (default 100,000 "
+                        "fuzzy, 1,000,000 exact; scale: several sizes, default 1000000 "
+                        "10000000)")
     parser.add_argument("--words", type=int, nargs=2, help="words per original document "
-                        "(default 300 1000 fuzzy, 100 300 exact)")
+                        "(default 300 1000 fuzzy, 100 300 exact and scale)")
     parser.add_argument("--similarity", type=float, default=0.9,
-                        help="fuzzy: planted Jaccard of two copies in a cluster")
+                        help="fuzzy and scale: planted Jaccard of two copies in a cluster")
     parser.add_argument("--files", type=int, default=16, help="input files (default 16)")
+    parser.add_argument("--docs-per-file", type=int, default=20_000,
+                        help="scale: documents per JSONL file (default 20,000, about 30 MB)")
+    parser.add_argument("--workflows", nargs="+", choices=["exact", "fuzzy"],
+                        default=["exact", "fuzzy"], help="scale: the workflows to run")
+    parser.add_argument("--keep-outputs", action="store_true",
+                        help="scale: keep each run's outputs and cache (default: removed)")
     parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="Dask workers / datatrove "
@@ -360,19 +620,32 @@ def main() -> None:
     parser.add_argument("--blocksize", default="32MiB",
                         help="curator_dask input_blocksize (file groups; default 32MiB)")
     parser.add_argument("--memory-limit", default=None,
-                        help="memory limit of each Dask worker (default: LocalCluster's)")
+                        help="memory limit of each Dask worker (default: LocalCluster's; "
+                        "scale: 1.5GiB)")
     parser.add_argument("--n-grams", type=int, default=4, help="datatrove word n-grams")
     parser.add_argument("--curator-dask-kwargs", default="{}",
                         help="JSON of extra workflow parameters, e.g. a Jaccard check")
     parser.add_argument("--skip", nargs="*", default=[], choices=FUZZY_SIDES + EXACT_SIDES)
-    parser.add_argument("--timeout", type=float, default=1800,
-                        help="seconds per side before it is ended (default 1800)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds per side before it is ended (default 1800; scale "
+                        "10800)")
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(),
                                                        "curator-dask-bench-dedup"))
     parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
-    args.docs = args.docs or (100_000 if args.kind == "fuzzy" else 1_000_000)
     args.words = args.words or ([300, 1000] if args.kind == "fuzzy" else [100, 300])
+    if args.kind == "scale":
+        args.docs = args.docs or [1_000_000, 10_000_000]
+        args.memory_limit = args.memory_limit or "1.5GiB"
+        args.timeout = args.timeout or 10_800
+        scale(args)
+        return
+    if args.docs and len(args.docs) > 1:
+        parser.error(f"--docs takes one size for {args.kind} (got {args.docs}); several "
+                     "sizes are for scale")
+    args.docs = args.docs[0] if args.docs else (100_000 if args.kind == "fuzzy"
+                                                else 1_000_000)
+    args.timeout = args.timeout or 1800
     bench(args, args.kind)
 
 

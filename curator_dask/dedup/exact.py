@@ -47,6 +47,7 @@ from curator_dask.dedup.phases import (
     quiet_shuffle_notices,
     said_once,
 )
+from curator_dask.dedup.progress import PhaseReporter, job_reporter
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
 from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
@@ -82,6 +83,8 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         '_curator_dedup_id'
         >>> # result = wf.run(executor=DaskExecutor()); result.metadata["num_duplicates"]
     """
+
+    _reporter: PhaseReporter  # where the phases of the run in progress report (set by run)
 
     def __init__(  # noqa: PLR0913 (NeMo's parameters)
         self,
@@ -174,9 +177,15 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         check_initial_tasks(initial_tasks, self.input_path)
 
     def run(self, initial_tasks: list[Any] | None = None,
-            executor: Any = None) -> WorkflowRunResult:
+            executor: Any = None, *, work_dir: str | None = None,
+            job_id: str | None = None) -> WorkflowRunResult:
         """Run both phases (and the removal with ``perform_removal=True``) on ``executor``
         (default: a ``DaskExecutor`` on an embedded cluster), all on one cluster.
+
+        Each phase shows its progress (``dedup/progress.py``). With ``work_dir=`` or
+        ``job_id=`` (beyond NeMo) the run is a job in ``<work_dir>/<job_id>/`` (default
+        ``work_dir``: config ``jobs.work-dir``), as ``Pipeline.run``'s: its event log gets the
+        phase events and ``python -m curator_dask status JOB`` shows the phases.
 
         Returns:
             NeMo's ``WorkflowRunResult`` named ``"exact_deduplication"``: metadata
@@ -189,7 +198,10 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         self._validate_initial_tasks(initial_tasks)
         initial_tasks = _own_file_groups(initial_tasks)
         executor = _dask_executor(executor)
-        with hold_executor(executor, "exact_deduplication"):
+        parameters = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        with hold_executor(executor, "exact_deduplication"), job_reporter(
+                "exact deduplication", parameters, executor, work_dir=work_dir, job_id=job_id,
+                checkpoint_path=self.checkpoint_path) as self._reporter:
             return self._run(executor, initial_tasks)
 
     def _run(self, executor: Any, initial_tasks: list[Any] | None) -> WorkflowRunResult:
@@ -232,13 +244,17 @@ class ExactDeduplicationWorkflow(WorkflowBase):
         if initial_tasks == []:  # nothing to read (a pipeline given no tasks reads from nothing)
             phase1 = Phase1Result([], self._read_storage(), own_ids=not self.assign_id)
         else:
-            phase1 = run_phase1(
-                executor, spec, input_path=self.input_path, input_filetype=self.input_filetype,
-                input_blocksize=self.input_blocksize, input_file_extensions=self._extensions(),
-                read_kwargs=self.read_kwargs, id_field=self.id_field, assign_id=self.assign_id,
-                out_dir=posixpath.join(cache, "hashes"), checkpoint_path=self.checkpoint_path,
-                initial_tasks=initial_tasks, verify_inputs=self.verify_inputs,
-                partition=self.partition)
+            with self._reporter.phase("hash", "documents") as progress:
+                progress.start()  # the engine's bars show the pipeline's sources meanwhile
+                phase1 = run_phase1(
+                    executor, spec, input_path=self.input_path,
+                    input_filetype=self.input_filetype, input_blocksize=self.input_blocksize,
+                    input_file_extensions=self._extensions(), read_kwargs=self.read_kwargs,
+                    id_field=self.id_field, assign_id=self.assign_id,
+                    out_dir=posixpath.join(cache, "hashes"),
+                    checkpoint_path=self.checkpoint_path, initial_tasks=initial_tasks,
+                    verify_inputs=self.verify_inputs, partition=self.partition)
+                progress.advance(phase1.num_documents, say=False)
         hash_time = time.time() - t0
         logger.info("exact dedup: hashed %d documents in %d file groups in %.2f s",
                     phase1.num_documents, len(phase1.groups), hash_time)
@@ -295,7 +311,10 @@ class ExactDeduplicationWorkflow(WorkflowBase):
                 **{f: pd.Series([], dtype="int64") for f in HASH_FIELDS}}), npartitions=1)
         if not self.assign_id and groups:
             check_unique_ids(client, frame, self.id_column, nparts)
-        return write_duplicate_ids(client, frame, plan, fingerprint), ids_key(plan, fingerprint)
+        with self._reporter.phase("duplicate_ids", "documents",
+                                  total=phase1.num_documents) as progress:
+            written = write_duplicate_ids(client, frame, plan, fingerprint, progress)
+        return written, ids_key(plan, fingerprint)
 
     def _remove_duplicates(self, executor: Any, client: Any, initial_tasks: list[Any] | None,
                            id_generator_path: str | None, result: WorkflowRunResult,
@@ -331,7 +350,13 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             output_filetype=self.input_filetype, output_kwargs=self.write_kwargs,
             # the generated ids were not in the input: the corpus keeps its own columns
             drop_id_field=self.assign_id, checkpoint_path=step.pipeline_checkpoint)
-        counts, removed = step.run(client, removal, executor, initial_tasks)
+        with self._reporter.phase("removal", "documents", total=num_documents) as progress:
+            progress.start()  # the pipeline's bars show its sources meanwhile
+            counts, removed = step.run(client, removal, executor, initial_tasks)
+            if counts["skipped"]:
+                progress.skip()
+            else:
+                progress.advance(num_documents, say=False)
         if counts["skipped"]:
             logger.info("exact dedup: the removal to %s was committed by an earlier run; "
                         "not redone", deduplicated)

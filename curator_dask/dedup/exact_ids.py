@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from curator_dask.dedup.commits import PhaseRecord, parameters_key, run_phase
 from curator_dask.dedup.phases import ID_COLUMN
+from curator_dask.dedup.progress import compute_partitions
 from curator_dask.dedup.text import normalize_text, text_md5_words
 from curator_dask.errors import CuratorDaskError
 from curator_dask.utils import private_api
@@ -152,16 +153,17 @@ def ids_key(plan: DuplicateIdsPlan, fingerprint: dict[str, Any]) -> str:
 
 
 def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
-                        fingerprint: dict[str, Any]) -> DuplicateIdsResult:
+                        fingerprint: dict[str, Any], progress: Any = None) -> DuplicateIdsResult:
     """Phase 2 on ``client``: ``frame`` (a dask DataFrame of ``_curator_dedup_id`` and
     ``_exact_duplicate_group``) grouped by hash across the whole corpus; see the module
-    docstring. ``fingerprint`` names what the ids depend on (part of the record's key)."""
+    docstring. ``fingerprint`` names what the ids depend on (part of the record's key);
+    ``progress`` (``dedup/progress.py``) counts the documents of each part written."""
     parameters = _parameters(plan, fingerprint)
     record = (None if plan.marker is None
               else PhaseRecord(plan.marker, plan.storage_options, phase="duplicate_ids"))
     counts, reused = run_phase(
         record, parameters_key(parameters), [(plan.out_dir, plan.storage_options)],
-        lambda: {"parts": _write_parts(client, frame, plan)},
+        lambda: {"parts": _write_parts(client, frame, plan, progress)},
         present=lambda counts: _parts_present(plan, counts.get("parts") or []),
         details={"parameters": parameters})
     parts = [dict(p) for p in counts.get("parts") or []]
@@ -171,8 +173,11 @@ def write_duplicate_ids(client: Any, frame: Any, plan: DuplicateIdsPlan,
     return DuplicateIdsResult(parts, reused=reused)
 
 
-def _write_parts(client: Any, frame: Any, plan: DuplicateIdsPlan) -> list[dict[str, Any]]:
+def _write_parts(client: Any, frame: Any, plan: DuplicateIdsPlan,
+                 progress: Any = None) -> list[dict[str, Any]]:
     """Phase 2's work, into the empty ``plan.out_dir``: one row per part written."""
+    if progress is not None:
+        progress.start()
     empty = private_api.dataframe_meta(frame)[[ID_COLUMN]]
     id_type = pa.Schema.from_pandas(empty, preserve_index=False).field(ID_COLUMN).type
     writer = _PartWriter(out_dir=plan.out_dir, id_name=plan.id_name, id_type=id_type,
@@ -181,7 +186,9 @@ def _write_parts(client: Any, frame: Any, plan: DuplicateIdsPlan) -> list[dict[s
     shuffled = frame[[ID_COLUMN, *HASH_FIELDS]].shuffle(
         on=HASH_FIELDS[0], npartitions=plan.nparts, shuffle_method="p2p")
     stats = shuffled.map_partitions(writer, partition_info=True, meta=_STATS_META)
-    table = client.compute(stats).result()
+    table = compute_partitions(  # a part's documents: its groups and the ids it removes
+        client, stats, progress,
+        lambda part: int(part["num_groups"].sum() + part["num_removal_ids"].sum()))
     parts = sorted(table.to_dict("records"), key=lambda p: p["partition_index"])
     return [{k: (int(v) if k != "path" else str(v)) for k, v in p.items()} for p in parts]
 

@@ -21,6 +21,8 @@ EVENT_TYPES = frozenset({
     "job_start", "job_complete", "job_failed", "job_stopped", "run_resume", "sources_planned",
     "source_start", "source_complete", "source_failed", "stage_start", "stage_complete",
     "stage_failed", "checkpoint_save", "checkpoint_load", "worker_lost", "warning",
+    # a deduplication workflow's phases (dedup/progress.py): phase, unit, done, total, rate
+    "phase_started", "phase_progress", "phase_finished",
 })
 # The event types of Data-Juicer's partitioned executor (the seed document) and the types this
 # log writes for them: a source task is the seed's partition, a stage its operator.

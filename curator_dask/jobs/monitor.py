@@ -53,6 +53,7 @@ def progress_data(job_dir: str, *, detailed: bool = False) -> dict[str, Any]:
         "rates": view.rates(summary), "failed_stage": summary.get("failed_stage"),
         "error": summary.get("error"), "stop_reason": view.stop_reason(summary),
         "resume_command": summary.get("resume_command"), "dashboard": summary.get("dashboard"),
+        "phases": summary.get("phases"),  # a deduplication job's (dedup/progress.py)
     }
     if detailed:
         out.update(detail(summary, read_job_events(job_dir)))

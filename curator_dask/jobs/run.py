@@ -204,7 +204,7 @@ class JobRun(RunObserver):
     def event(self, type_: str, **fields: Any) -> None:
         """Record an event; the summary follows the run's progress."""
         self.events.emit(type_, **fields)
-        if type_ == "sources_planned":
+        if type_ in ("sources_planned", "phase_started", "phase_finished"):
             self._write_summary()  # at once: tools should not wait for the next heartbeat
 
     def run_finished(self, end: RunEnd) -> None:

@@ -78,15 +78,20 @@ class JobStatus:
                  f"{escape(str(s.get('host')))}, started {escape(str(s.get('started')))}, "
                  f"updated {escape(str(s.get('updated')))}</p>",
                  f"<p>{escape(view.sources_line(s))}</p>"]
+        phases = view.phase_lines(s)
+        if phases:  # a deduplication job: its phases instead of sources and stages
+            parts[1] = "<p>" + "<br>".join(escape(line) for line in phases) + "</p>"
         rows = [[escape(r["stage"]) + (" <b style='color:#c0392b'>(raised)</b>" if r["raised"]
                                        else ""),
                  f"<progress max='{max(r['total'], 1)}' value='{r['done']}'></progress> "
                  f"{r['done']}/{r['total']}", *(escape(c) for c in r["cells"])]
                 for r in view.stage_rows(s)]
+        if phases:
+            rows = []
         if rows:
             parts += [_table_html(list(view.STAGE_COLUMNS), rows, range(2, len(rows[0]))),
                       f"<p><small>{escape(view.LEGEND)}</small></p>"]
-        else:
+        elif not phases:
             parts.append("<p>stages: none ran yet</p>")
         if s.get("job_dir"):
             parts.append(f"<p>folder: <code>{escape(str(s['job_dir']))}</code></p>")

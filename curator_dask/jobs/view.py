@@ -89,6 +89,47 @@ def sources_line(summary: dict[str, Any]) -> str:
     return text
 
 
+def phase_line(row: dict[str, Any]) -> str:
+    """One phase of a deduplication job (its summary's ``phases``, ``dedup/progress.py``):
+    done of total, rate, and the ETA while it runs or the time it took.
+
+    Example:
+        >>> phase_line({"phase": "jaccard", "unit": "pairs", "state": "running", "done": 1204,
+        ...             "total": 5000, "rate": 310.2, "eta_s": 12.2, "elapsed_s": 3.9})
+        'jaccard: running, 1,204/5,000 pairs (24%), 310 pairs/s, ETA 0:00:12'
+    """
+    state, unit = str(row.get("state")), str(row.get("unit") or "")
+    if state == "skipped":
+        return f"{row.get('phase')}: skipped (committed by an earlier run)"
+    done, total = int(row.get("done") or 0), row.get("total")
+    text = f"{row.get('phase')}: {state}, {done:,}"
+    if total is not None:
+        text += f"/{int(total):,}"
+    text += f" {unit}"
+    if total:
+        text += f" ({100 * done / int(total):.0f}%)"
+    if row.get("rate") is not None:
+        text += f", {float(row['rate']):,.0f} {unit}/s"
+    if state == "running":
+        text += f", ETA {_fmt_seconds(row.get('eta_s'))}"
+    elif row.get("elapsed_s") is not None:
+        text += f" in {float(row['elapsed_s']):.2f} s"
+    return text
+
+
+def phase_lines(summary: dict[str, Any]) -> list[str]:
+    """A deduplication job's lines (its workflow, then each phase), or none for a pipeline's."""
+    if summary.get("phases") is None:
+        return []
+    phases, workflow = summary["phases"], summary.get("workflow") or "deduplication"
+    running = [row["phase"] for row in phases if row.get("state") == "running"]
+    if running:
+        head = f"{workflow}: phase {running[-1]} running ({len(phases)} so far)"
+    else:
+        head = f"{workflow}: {len(phases)} phases" if phases else f"{workflow}: no phase yet"
+    return [head, *(f"  phase {phase_line(row)}" for row in phases)]
+
+
 def stop_reason(summary: dict[str, Any]) -> str | None:
     """Why a ``stopped`` job stopped and what completed (``None`` for any other state): its
     recorded error without the exception's name, since a stop is no error.
@@ -161,11 +202,14 @@ def render(summary: dict[str, Any]) -> Any:
         f"  pid {summary.get('pid')} on {summary.get('host')}, started "
         f"{summary.get('started')}, updated {summary.get('updated')}",
     )
-    parts: list[Any] = [header, Text(sources_line(summary))]
-    if summary.get("stages"):
-        parts += [_stage_table(summary), Text(LEGEND, style="dim")]
+    parts: list[Any] = [header]
+    phases = phase_lines(summary)
+    if phases:  # a deduplication job: its phases, not a pipeline's sources and stages
+        parts += [Text(line) for line in phases]
+    elif summary.get("stages"):
+        parts += [Text(sources_line(summary)), _stage_table(summary), Text(LEGEND, style="dim")]
     else:
-        parts.append(Text("stages: none ran yet"))
+        parts += [Text(sources_line(summary)), Text("stages: none ran yet")]
     if summary.get("job_dir"):
         parts.append(Text(f"folder: {summary['job_dir']}"))
     if summary.get("dashboard") and state == "running":

@@ -16,6 +16,7 @@ and ``FuzzyDuplicateIds/part.<i>.parquet`` (``_curator_dedup_id``, sorted).
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from typing import Any, TypedDict
 
@@ -32,6 +33,13 @@ GROUP_FIELD = "_duplicate_group_id"
 CC_DIR, DUPLICATE_IDS_DIR = "ConnectedComponentsStage", "FuzzyDuplicateIds"
 JACCARD_FIELD = "jaccard"
 _IDS_PER_FILE = 10_000_000
+# Peak bytes of the arrays of connected_components, measured with tracemalloc over random
+# graphs of 10^5 to 4x10^6 edges on 10^6 to 1.6x10^7 ids (tests/dedup/test_spill.py checks
+# the bound): renumbering through the id table holds 11 B per id and the int32 pairs, the
+# graph and its labels 36 B per edge and 20 B per vertex; renumbering by sorting (ids that
+# are not 0..N-1) holds 100 B per edge. read_edges's int64 pairs, 16 B per edge, stay held.
+_READ_PER_EDGE, _TABLE_PER_ID, _TABLE_PER_EDGE = 16, 11, 8
+_GRAPH_PER_EDGE, _GRAPH_PER_VERTEX, _SORT_PER_EDGE = 36, 20, 100
 
 
 def connected_components(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -50,7 +58,7 @@ def connected_components(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
     if m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     top = int(max(x.max(), y.max()))
-    if min(x.min(), y.min()) >= 0 and top < max(1 << 26, 8 * m):
+    if min(x.min(), y.min()) >= 0 and uses_id_table(top, m):
         # the workflow's ids are 0..N-1: renumber through a table of N int32, no sort
         present = np.zeros(top + 1, dtype=bool)
         present[x] = True
@@ -72,6 +80,77 @@ def connected_components(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.n
     smallest = np.empty(labels.max() + 1, dtype=np.int64)
     smallest[labels[first]] = vertices[first]
     return vertices.astype(np.int64), smallest[labels]
+
+
+def uses_id_table(top: int, num_edges: int) -> bool:
+    """Whether :func:`connected_components` renumbers through a table of ``top + 1`` ids
+    (the workflow's ids 0..N-1) rather than by sorting."""
+    return top < max(1 << 26, 8 * num_edges)
+
+
+def components_memory(num_edges: int, num_ids: int) -> int:
+    """Bytes of arrays :func:`components_task` holds at its peak for ``num_edges`` edges
+    between ids 0..``num_ids``-1 (an upper bound: the vertices are taken as ``min(2 x edges,
+    ids)``), the interpreter and its libraries not counted.
+
+    Example:
+        >>> components_memory(1_000_000, 10_000_000) // 2**20  # 1 M edges, 10 M documents
+        127
+    """
+    m = int(num_edges)
+    if m == 0:
+        return 0
+    vertices = min(2 * m, num_ids) if num_ids > 0 else 2 * m
+    if num_ids > 0 and uses_id_table(num_ids - 1, m):
+        peak = max(_TABLE_PER_ID * num_ids + _TABLE_PER_EDGE * m,
+                   _GRAPH_PER_EDGE * m + _GRAPH_PER_VERTEX * vertices)
+    else:
+        peak = _SORT_PER_EDGE * m + _GRAPH_PER_VERTEX * vertices
+    return _READ_PER_EDGE * m + peak
+
+
+def components_plan(num_edges: int, num_ids: int, workers: dict[str, Any]
+                    ) -> tuple[str | None, int, str]:
+    """Where the components task runs, and the line that says so before it starts:
+    ``(worker address or None, logging level, line)``. ``workers`` is
+    ``client.scheduler_info()["workers"]``; the task goes to the worker with the most memory
+    left before its nanny ends it (95 % of its ``memory_limit``, less what it holds now);
+    a worker without a limit has the host's available memory.
+
+    Example:
+        >>> w = {"tcp://a": {"memory_limit": 2**30, "metrics": {"memory": 2**28}}}
+        >>> where, level, line = components_plan(1000, 5000, w)
+        >>> where, level == logging.INFO, line.split(":")[0]
+        ('tcp://a', True, 'connected components')
+    """
+    import psutil
+
+    need = components_memory(num_edges, num_ids)
+    room: dict[str, tuple[int, int]] = {}
+    for address, info in workers.items():
+        limit = int(info.get("memory_limit") or 0)
+        used = int((info.get("metrics") or {}).get("memory") or 0)
+        room[address] = ((int(0.95 * limit) - used, limit) if limit
+                         else (int(psutil.virtual_memory().available), 0))
+    head = (f"connected components: {num_edges:,} edges among {num_ids:,} document ids need "
+            f"about {_size(need)} of arrays in one task")
+    if not room:
+        return None, logging.INFO, f"{head}; it runs on the first worker that joins"
+    where = max(room, key=lambda a: room[a][0])
+    free, limit = room[where]
+    has = (f"{_size(max(free, 0))} free of its {_size(limit)} memory limit" if limit
+           else f"no memory limit ({_size(free)} available on its host)")
+    if need <= free:
+        return where, logging.INFO, f"{head}; the roomiest worker has {has}: it runs there"
+    return where, logging.WARNING, (
+        f"{head}, more than the roomiest worker has ({has}): it runs there all the same, "
+        "and the worker's nanny may end it (the run then fails with KilledWorker); give each "
+        "worker more memory (DaskExecutor(cluster_kwargs={'memory_limit': ...})) or keep "
+        "fewer edges (false_positive_check=True)")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def unique_sorted(values: np.ndarray) -> np.ndarray:
@@ -164,5 +243,5 @@ def _write(table: pa.Table, directory: str, name: str,
 
 
 __all__ = ["CC_DIR", "DUPLICATE_IDS_DIR", "GROUP_FIELD", "JACCARD_FIELD", "IdsWritten",
-           "components_task", "connected_components", "identify_task", "read_edges",
-           "unique_sorted"]
+           "components_memory", "components_plan", "components_task", "connected_components",
+           "identify_task", "read_edges", "unique_sorted", "uses_id_table"]

@@ -34,6 +34,7 @@ from curator_dask.dedup.fuzzy.components import JACCARD_FIELD, unique_sorted
 from curator_dask.dedup.fuzzy.lsh import EDGE_X, EDGE_Y, _write
 from curator_dask.dedup.fuzzy.minhash import as_text_array, hash_parameters, window_hash_batches
 from curator_dask.dedup.phases import ID_COLUMN, GroupInfo
+from curator_dask.dedup.progress import compute_partitions, rows_of
 
 JACCARD_DIR = "JaccardSimilarityStage"
 _PAIR_BITS = 16  # pairs per vectorised batch: 2**16; the shingle hash keeps 48 bits
@@ -98,9 +99,11 @@ def _edge_file(path: str, storage_options: dict[str, Any]) -> pd.DataFrame:
         return pq.read_table(f, columns=[EDGE_X, EDGE_Y]).to_pandas()
 
 
-def _edge_ids(path: str, storage_options: dict[str, Any]) -> np.ndarray:
+def _edge_ids(path: str, storage_options: dict[str, Any]) -> tuple[np.ndarray, int]:
+    """The distinct ids of a file's edges, and its edges (the pairs the check will count)."""
     edges = _edge_file(path, storage_options)
-    return unique_sorted(np.concatenate([edges[EDGE_X].to_numpy(), edges[EDGE_Y].to_numpy()]))
+    return unique_sorted(np.concatenate([edges[EDGE_X].to_numpy(),
+                                         edges[EDGE_Y].to_numpy()])), len(edges)
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ class JaccardWriter:
         >>> pairs = pd.DataFrame({EDGE_X: [1], EDGE_Y: [2], "text_x": ["abcdef"],
         ...                       "text_y": ["abcdeg"]})
         >>> JaccardWriter("memory://doc-jaccard", 3, 42, 0.5)(pairs).values.tolist()
-        [[1, 1]]
+        [[1, 1, 1]]
     """
 
     out_dir: str
@@ -163,6 +166,7 @@ class JaccardWriter:
 
     def __call__(self, df: pd.DataFrame, partition_info: dict | None = None) -> pd.DataFrame:
         number = int((partition_info or {}).get("number", 0))
+        candidates = len(df)  # the edge rows, repeats included: what the progress counts
         df = df.drop_duplicates([EDGE_X, EDGE_Y])
         sims = pair_jaccard(df["text_x"], df["text_y"], self.char_ngrams, self.seed)
         table = pa.table({EDGE_X: pa.array(df[EDGE_X].to_numpy(), pa.int64()),
@@ -170,20 +174,24 @@ class JaccardWriter:
                           JACCARD_FIELD: pa.array(sims.astype(np.float32))})
         _write(table, self.out_dir, f"part.{number}.parquet", self.storage_options)
         return pd.DataFrame({"pairs": [len(df)],
-                             "verified": [int((sims >= self.threshold).sum())]})
+                             "verified": [int((sims >= self.threshold).sum())],
+                             "candidates": [candidates]})
 
 
 def check_candidates(client: Any, groups: list[GroupInfo], edge_paths: list[str],
                      out_dir: str, *, filetype: str, text_field: str,
                      read_kwargs: dict[str, Any], normalize_text: bool, char_ngrams: int,
                      seed: int, threshold: float, npartitions: int | None,
-                     storage_options: dict[str, Any]) -> dict[str, int]:
+                     storage_options: dict[str, Any], progress: Any = None) -> dict[str, int]:
     """The Jaccard check on ``client``: the similarity of every distinct candidate edge of
-    ``edge_paths``, written under ``out_dir``. Returns the counts."""
+    ``edge_paths``, written under ``out_dir``. Returns the counts. ``progress``
+    (``dedup/progress.py``) counts the edge rows checked, of all the files' edge rows."""
     import dask.dataframe as dd
 
-    ids = unique_sorted(np.concatenate([np.zeros(0, np.int64)] + client.gather(
-        client.map(_edge_ids, edge_paths, storage_options=storage_options))))
+    found = client.gather(client.map(_edge_ids, edge_paths, storage_options=storage_options))
+    ids = unique_sorted(np.concatenate([np.zeros(0, np.int64)] + [f[0] for f in found]))
+    if progress is not None:
+        progress.start(sum(f[1] for f in found))
     firsts = np.array([g.first_id for g in groups] + [np.iinfo(np.int64).max])
     cuts = np.searchsorted(ids, firsts)
     slices = [ids[cuts[i]:cuts[i + 1]] for i in range(len(groups))]
@@ -200,10 +208,11 @@ def check_candidates(client: Any, groups: list[GroupInfo], edge_paths: list[str]
     pairs = pairs.merge(texts.rename(columns={ID_COLUMN: EDGE_Y, "text": "text_y"}),
                         on=EDGE_Y, shuffle_method="p2p", npartitions=nparts)
     meta = pd.DataFrame({"pairs": pd.Series([], dtype="int64"),
-                         "verified": pd.Series([], dtype="int64")})
+                         "verified": pd.Series([], dtype="int64"),
+                         "candidates": pd.Series([], dtype="int64")})
     written = pairs.map_partitions(
         JaccardWriter(out_dir, char_ngrams, seed, threshold, storage_options), meta=meta)
-    counts = client.compute(written).result()
+    counts = compute_partitions(client, written, progress, rows_of("candidates"))
     return {"candidate_documents": len(ids), "pairs": int(counts["pairs"].sum()),
             "verified": int(counts["verified"].sum()), "files": len(counts)}
 

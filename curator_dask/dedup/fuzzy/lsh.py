@@ -26,6 +26,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from curator_dask.dedup.fuzzy.minhash import MINHASH_FIELD, fmix64, signature_matrix, splitmix64
 from curator_dask.dedup.phases import ID_COLUMN, GroupInfo
+from curator_dask.dedup.progress import compute_partitions, rows_of
 from curator_dask.utils.atomic import write_atomic
 
 BUCKET_FIELD = "_bucket_id"
@@ -136,14 +137,16 @@ class BucketWriter:
         })
         path = _write(table, self.out_dir, f"part.{number}.parquet", self.storage_options)
         return pd.DataFrame({"path": [path], "buckets": [len(kept_sizes)],
-                             "rows": [int(kept_sizes.sum())]})
+                             "rows": [int(kept_sizes.sum())], "input_rows": [len(df)]})
 
 
 def shuffle_buckets(client: Any, groups: list[GroupInfo], out_dir: str, *, num_hashes: int,
                     minhashes_per_band: int, band_range: tuple[int, int], seed: int,
-                    npartitions: int | None, storage_options: dict[str, Any]) -> pd.DataFrame:
+                    npartitions: int | None, storage_options: dict[str, Any],
+                    progress: Any = None) -> pd.DataFrame:
     """One LSH iteration on ``client``: band rows of every group, the P2P shuffle on the
-    bucket id, bucket files under ``out_dir``. Returns the counts per output partition."""
+    bucket id, bucket files under ``out_dir``. Returns the counts per output partition; each
+    partition written advances ``progress`` (``dedup/progress.py``) by its band rows."""
     import dask.dataframe as dd
 
     loader = BandRows(num_hashes, minhashes_per_band, band_range, seed, storage_options)
@@ -154,9 +157,10 @@ def shuffle_buckets(client: Any, groups: list[GroupInfo], out_dir: str, *, num_h
     shuffled = frame.shuffle(on=BUCKET_FIELD, npartitions=nparts, shuffle_method="p2p")
     stats_meta = pd.DataFrame({"path": pd.Series([], dtype=object),
                                "buckets": pd.Series([], dtype="int64"),
-                               "rows": pd.Series([], dtype="int64")})
+                               "rows": pd.Series([], dtype="int64"),
+                               "input_rows": pd.Series([], dtype="int64")})
     written = shuffled.map_partitions(BucketWriter(out_dir, storage_options), meta=stats_meta)
-    return client.compute(written).result()
+    return compute_partitions(client, written, progress, rows_of("input_rows"))
 
 
 def bucket_edges(bucket_path: str, out_path: str,

@@ -7,7 +7,7 @@ import logging
 import posixpath
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -16,6 +16,7 @@ from curator_dask.dedup.commits import phase_key
 from curator_dask.dedup.fuzzy.components import (
     CC_DIR,
     DUPLICATE_IDS_DIR,
+    components_plan,
     components_task,
     identify_task,
 )
@@ -28,6 +29,7 @@ from curator_dask.dedup.fuzzy.lsh import (
     shuffle_buckets,
 )
 from curator_dask.dedup.phases import ID_COLUMN
+from curator_dask.dedup.progress import PhaseProgress, PhaseReporter, gather
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +42,24 @@ class FuzzyRun:
         >>> # FuzzyRun(workflow, executor, client, commits, result).run(initial_tasks=None)
     """
 
+    # what each phase's progress counts
+    UNITS: ClassVar[dict[str, str]] = {
+        "minhash": "documents", "lsh": "documents", "edges": "files", "jaccard": "pairs",
+        "components": "edges", "identify": "ids", "removal": "documents"}
+
     def __init__(self, workflow: Any, executor: Any, client: Any, commits: Any,
-                 result: Any) -> None:
+                 result: Any, reporter: PhaseReporter | None = None) -> None:
         self.wf, self.executor, self.client = workflow, executor, client
+        self.reporter = reporter or PhaseReporter(
+            "fuzzy deduplication", progress=getattr(executor, "progress", None))
+        self.progress: PhaseProgress | None = None  # the phase running
         self.commits, self.result = commits, result
         self.cache_opts = workflow._options(workflow.cache_kwargs)
         self.write_opts = workflow._options(workflow.write_kwargs)
         self.params = workflow.phase_params()
         self.upstream = ""
         self.times: dict[str, float] = {}
+        self.counts: dict[str, dict[str, Any]] = {}
         self.skipped: list[str] = []
         self.phase1: Any = None
 
@@ -91,14 +102,17 @@ class FuzzyRun:
         """Skip ``name`` if committed with this key (resuming), else redo and commit it."""
         key = phase_key(name, self.params[name], self.upstream)
         start = time.time()
-        counts, skipped = self.commits.run(name, key, directories, work)
+        with self.reporter.phase(name, self.UNITS[name]) as self.progress:
+            counts, skipped = self.commits.run(name, key, directories, work)
         if skipped:
             self.skipped.append(name)
             logger.info("fuzzy phase %s committed by an earlier run: skipped", name)
         else:
-            logger.info("fuzzy phase %s done in %.2f s: %s", name, time.time() - start, counts)
+            # the phase's progress line said it (dedup/progress.py): its counts, for debugging
+            logger.debug("fuzzy phase %s done in %.2f s: %s", name, time.time() - start, counts)
         self.upstream = key
         self.times[name] = time.time() - start
+        self.counts[name] = counts
         return counts
 
     # -- phase 1 ----------------------------------------------------------------------------
@@ -113,13 +127,16 @@ class FuzzyRun:
         wf = self.wf
         start = time.time()
         spec = SignatureSpec("minhash", wf.minhash_spec(), wf.text_field)
-        self.phase1 = run_phase1(
-            self.executor, spec, input_path=wf.input_path, input_filetype=wf.input_filetype,
-            input_blocksize=wf.input_blocksize, input_file_extensions=wf.input_file_extensions,
-            read_kwargs=wf.read_kwargs, id_field=None, assign_id=True,
-            out_dir=wf.cache_dir(MINHASH_DIR), checkpoint_path=wf.checkpoint_path,
-            initial_tasks=initial_tasks, verify_inputs=wf.verify_inputs,
-            partition=wf.partition)
+        with self.reporter.phase("minhash", self.UNITS["minhash"]) as progress:
+            progress.start()  # the engine's bars show the pipeline's sources meanwhile
+            self.phase1 = run_phase1(
+                self.executor, spec, input_path=wf.input_path,
+                input_filetype=wf.input_filetype, input_blocksize=wf.input_blocksize,
+                input_file_extensions=wf.input_file_extensions, read_kwargs=wf.read_kwargs,
+                id_field=None, assign_id=True, out_dir=wf.cache_dir(MINHASH_DIR),
+                checkpoint_path=wf.checkpoint_path, initial_tasks=initial_tasks,
+                verify_inputs=wf.verify_inputs, partition=wf.partition)
+            progress.advance(self.phase1.num_documents, say=False)
         self.times["minhash"] = time.time() - start
         self.result.add_metadata("minhash_time", self.times["minhash"])
         self.result.add_metadata("num_documents", self.phase1.num_documents)
@@ -154,6 +171,8 @@ class FuzzyRun:
         wf = self.wf
         groups = [g for g in self.phase1.groups if g.rows > 0]
         buckets = rows = 0
+        if self.progress is not None:  # one row per document and band
+            self.progress.start(self.phase1.num_documents, per=wf.num_bands)
         for a, b in band_iterations(wf.num_bands, wf.bands_per_iteration):
             out = posixpath.join(wf.cache_dir(LSH_DIR), f"band_{a}-band_{b}")
             if not groups:
@@ -161,7 +180,8 @@ class FuzzyRun:
             stats = shuffle_buckets(
                 self.client, groups, out, num_hashes=wf.num_hashes,
                 minhashes_per_band=wf.minhashes_per_band, band_range=(a, b), seed=wf.seed,
-                npartitions=wf.lsh_num_output_partitions, storage_options=self.cache_opts)
+                npartitions=wf.lsh_num_output_partitions, storage_options=self.cache_opts,
+                progress=self.progress)
             buckets += int(stats["buckets"].sum())
             rows += int(stats["rows"].sum())
         return {"buckets": buckets, "bucketed_rows": rows}
@@ -170,8 +190,11 @@ class FuzzyRun:
         inputs = parquet_files(self.wf.cache_dir(LSH_DIR), self.cache_opts)
         out_dir = self.wf.cache_dir(EDGES_DIR)
         outputs = [posixpath.join(out_dir, "-".join(p.split("/")[-2:])) for p in inputs]
-        counts = self.client.gather(self.client.map(
-            bucket_edges, inputs, outputs, storage_options=self.cache_opts, pure=False))
+        if self.progress is not None:
+            self.progress.start(len(inputs))
+        counts = gather(self.client.map(
+            bucket_edges, inputs, outputs, storage_options=self.cache_opts, pure=False),
+            self.progress, lambda _: 1)
         return {"edges": int(sum(counts)), "files": len(outputs)}
 
     def _jaccard(self) -> dict[str, Any]:
@@ -184,22 +207,38 @@ class FuzzyRun:
             filetype=wf.input_filetype, text_field=wf.text_field,
             read_kwargs=dict(wf.read_kwargs or {}), normalize_text=wf.normalize_text,
             char_ngrams=wf.char_ngrams, seed=wf.seed, threshold=float(wf.jaccard_threshold),
-            npartitions=wf.lsh_num_output_partitions, storage_options=self.cache_opts)
+            npartitions=wf.lsh_num_output_partitions, storage_options=self.cache_opts,
+            progress=self.progress)
 
     def _components(self) -> dict[str, Any]:
         wf = self.wf
         source, threshold = (JACCARD_DIR, float(wf.jaccard_threshold)) if (
             wf.false_positive_check) else (EDGES_DIR, None)
         paths = parquet_files(wf.cache_dir(source), self.cache_opts)
+        # the edges and the id table are held in memory: say how much before it starts
+        phase, count = ("jaccard", "verified") if wf.false_positive_check else ("edges", "edges")
+        edges = int(self.counts.get(phase, {}).get(count) or 0)
+        where, level, line = components_plan(edges, self.phase1.num_documents,
+                                             self.client.scheduler_info()["workers"])
+        logger.log(level, "%s", line)
         future = self.client.submit(components_task, paths, wf.cache_dir(CC_DIR),
-                                    self.cache_opts, threshold, pure=False)
-        return future.result()
+                                    self.cache_opts, threshold, pure=False,
+                                    workers=None if where is None else [where],
+                                    allow_other_workers=True)
+        return self._one_task(future, "num_edges", int(edges or 0))
 
     def _identify(self) -> dict[str, Any]:
         future = self.client.submit(identify_task, self.wf.cache_dir(CC_DIR),
                                     self.wf.output_dir(DUPLICATE_IDS_DIR), self.cache_opts,
                                     self.write_opts, pure=False)
-        return future.result()
+        return self._one_task(future, "num_removal_ids")
+
+    def _one_task(self, future: Any, counted: str, total: int | None = None) -> dict[str, Any]:
+        """A phase that is one task: its progress says it runs (a line every
+        ``line_every`` seconds without a bar) and counts ``counted`` of its result at the end."""
+        if self.progress is not None:
+            self.progress.start(total)
+        return gather([future], self.progress, lambda counts: int(counts[counted]))[0]
 
     def removal(self, initial_tasks: list[Any] | None) -> None:
         from curator_dask.dedup.fuzzy.workflow import REMOVAL_DIR
@@ -228,7 +267,13 @@ class FuzzyRun:
             id_generator_storage_options=self.write_opts or None,
             output_filetype=wf.input_filetype, output_kwargs=wf.write_kwargs,
             drop_id_field=True, checkpoint_path=step.pipeline_checkpoint)
-        counts, outcome = step.run(self.client, removal, self.executor, initial_tasks)
+        with self.reporter.phase("removal", self.UNITS["removal"]) as progress:
+            progress.start(self.phase1.num_documents)  # the pipeline's bars show its sources
+            counts, outcome = step.run(self.client, removal, self.executor, initial_tasks)
+            if counts["skipped"]:
+                progress.skip()
+            else:
+                progress.advance(self.phase1.num_documents, say=False)
         if counts["skipped"]:
             self.skipped.append("removal")
             self.result.add_metadata("phases_skipped", list(self.skipped))

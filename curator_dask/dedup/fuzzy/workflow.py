@@ -30,6 +30,7 @@ from curator_dask.dedup.phases import (
     quiet_shuffle_notices,
     said_once,
 )
+from curator_dask.dedup.progress import job_reporter
 from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
 from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
@@ -195,17 +196,27 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
             "identify": {"output_path": self.output_path},
         }
 
+    def _job_parameters(self) -> dict[str, Any]:
+        """What a job records of this workflow (credentials are redacted by name)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
     # -- running ------------------------------------------------------------------------
     def _validate_initial_tasks(self, initial_tasks: list[Any] | None) -> None:
         check_initial_tasks(initial_tasks, self.input_path)
 
     def run(self, initial_tasks: list[Any] | None = None,
-            executor: Any = None) -> WorkflowRunResult:
+            executor: Any = None, *, work_dir: str | None = None,
+            job_id: str | None = None) -> WorkflowRunResult:
         """Run every phase on ``executor`` (``None``: a ``DaskExecutor()`` on an embedded
         cluster) and return NeMo's ``WorkflowRunResult`` (``workflow_name``
         ``"fuzzy_deduplication"``; metadata ``minhash_time``, ``id_generator_path``,
         ``lsh_time``, ``connected_components_pipeline_time``, ``num_duplicates``,
-        ``total_time`` as NeMo, plus each phase's own time)."""
+        ``total_time`` as NeMo, plus each phase's own time).
+
+        Each phase shows its progress (``dedup/progress.py``). With ``work_dir=`` or
+        ``job_id=`` (beyond NeMo) the run is a job in ``<work_dir>/<job_id>/`` (default
+        ``work_dir``: config ``jobs.work-dir``), as ``Pipeline.run``'s: its event log gets the
+        phase events and ``python -m curator_dask status JOB`` shows the phases."""
         from curator_dask.backends.dask import DaskExecutor
 
         self._validate_initial_tasks(initial_tasks)
@@ -221,7 +232,10 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
 
         name = "fuzzy_deduplication"
         cache_options = self._options(self.cache_kwargs)
-        with hold_executor(executor, name), executor.kept_open() as client, dask.config.set(
+        with hold_executor(executor, name), job_reporter(
+                "fuzzy deduplication", self._job_parameters(), executor, work_dir=work_dir,
+                job_id=job_id, checkpoint_path=self.checkpoint_path) as reporter, \
+                executor.kept_open() as client, dask.config.set(
                 {"dataframe.shuffle.method": "p2p"}), quiet_shuffle_notices(), said_once():
             check_workers_reach(client, {
                 "cache_path": self.cache_path, "output_path": self.output_path,
@@ -231,7 +245,7 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
             with CacheLock(self.cache_path, cache_options, name):
                 commits = PhaseCommits(self.cache_path, cache_options,
                                        resume=self.checkpoint_path is not None)
-                FuzzyRun(self, executor, client, commits, result).run(initial_tasks)
+                FuzzyRun(self, executor, client, commits, result, reporter).run(initial_tasks)
         result.add_metadata("total_time", time.time() - start)
         logger.info("Fuzzy deduplication pipeline completed in %.2f seconds",
                     result.get_metadata("total_time"))

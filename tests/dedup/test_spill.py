@@ -1,0 +1,149 @@
+"""Both workflows with the P2P shuffle's memory far below its data, and the memory they say
+they need before the connected components (issue 35, "Past memory, measured").
+
+The shuffle's memory on a worker is bounded by ``distributed.p2p.comm.buffer`` (shards in
+flight) and ``distributed.p2p.storage.buffer`` (shards waiting for the disk); here both are
+1 KiB on a cluster of its own, against shuffles of hundreds of KB. What is measured is the
+workers' own counters (``curator_dask.dedup.meter``, as ``benchmarks/bench_dedup.py scale``
+prints them): the bytes the shuffle wrote to disk, and the seconds it waited because its
+buffers were full. The ids to remove must be those of the same workflow on the shared
+cluster, whose buffers (1 GiB, 100 MiB) are never full here. The 10,000,000-document figures
+come from the benchmark.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import tracemalloc
+
+import dask
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from curator_dask import DaskExecutor
+from curator_dask.dedup import ExactDeduplicationWorkflow, FuzzyDeduplicationWorkflow
+from curator_dask.dedup.fuzzy.components import (
+    components_memory,
+    components_plan,
+    connected_components,
+)
+from curator_dask.dedup.meter import cluster_usage
+from curator_dask.dedup.synthetic import planted_corpus
+
+TINY = "1 KiB"
+EXACT_DOCS, FUZZY_DOCS = 4000, 2000
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spill")
+    exact = planted_corpus(EXACT_DOCS, seed=1, words=(100, 300), similarity=1.0)
+    exact.write_jsonl(str(root / "exact"), n_files=8)
+    fuzzy = planted_corpus(FUZZY_DOCS, seed=1, words=(100, 300), similarity=0.9)
+    fuzzy.write_jsonl(str(root / "fuzzy"), n_files=8)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_buffers():
+    """A cluster whose workers' P2P buffers are 1 KiB: its nannies pass the config they were
+    made under to their workers; this process's config stays as it was (the shared cluster,
+    started later, keeps the defaults)."""
+    ex = DaskExecutor(n_workers=2, progress=False)
+    with dask.config.set({"distributed.p2p.comm.buffer": TINY,
+                          "distributed.p2p.storage.buffer": TINY}):
+        ex.start()
+    with ex:
+        yield ex
+
+
+def _run(kind, corpora, out, executor):
+    common = {"input_path": str(corpora / kind), "output_path": str(out),
+              "input_filetype": "jsonl", "input_blocksize": "64KiB"}
+    if kind == "exact":
+        wf = ExactDeduplicationWorkflow(assign_id=True, **common)
+    else:
+        wf = FuzzyDeduplicationWorkflow(cache_path=str(out / "cache"), **common)
+    client = executor.client
+    before = cluster_usage(client)
+    wf.run(executor=executor)
+    after = cluster_usage(client)
+    totals = {k: sum(after[w][k] - before.get(w, {}).get(k, 0) for w in after)
+              for k in ("p2p_disk_bytes", "p2p_limited_seconds")}
+    ids_dir = "ExactDuplicateIds" if kind == "exact" else "FuzzyDuplicateIds"
+    ids = np.sort(np.concatenate([pq.read_table(p).column(0).to_numpy() for p in
+                                  sorted(glob.glob(str(out / ids_dir / "*.parquet")))]))
+    return ids, totals
+
+
+@pytest.mark.parametrize(("kind", "docs", "row_bytes"), [
+    ("exact", EXACT_DOCS, 24),  # id and the two md5 words, int64 each
+    ("fuzzy", FUZZY_DOCS, 20 * 16)])  # per band: the bucket and the id, 8 bytes each
+def test_shuffle_past_its_memory(kind, docs, row_bytes, corpora, tiny_buffers, executor,
+                                 tmp_path):
+    def buffer():
+        return dask.config.get("distributed.p2p.storage.buffer")
+
+    assert set(tiny_buffers.client.run(buffer).values()) == {TINY}
+    assert set(executor.client.run(buffer).values()) == {"100 MiB"}
+    ids, limited = _run(kind, corpora, tmp_path / "tiny", tiny_buffers)
+    reference, free = _run(kind, corpora, tmp_path / "reference", executor)
+
+    assert len(ids) > 0
+    np.testing.assert_array_equal(ids, reference)
+    # the shuffle held at most 1 KiB: it waited on its full buffers and its data went to disk
+    assert limited["p2p_limited_seconds"] > 0
+    assert limited["p2p_disk_bytes"] >= docs * row_bytes
+    assert free["p2p_limited_seconds"] == 0
+    assert free["p2p_disk_bytes"] >= docs * row_bytes
+
+
+def test_components_say_their_memory_first(corpora, executor, tmp_path, caplog):
+    out = tmp_path / "out"
+    wf = FuzzyDeduplicationWorkflow(cache_path=str(out / "cache"), output_path=str(out),
+                                    input_path=str(corpora / "fuzzy"), input_filetype="jsonl",
+                                    input_blocksize="64KiB")
+    with caplog.at_level(logging.INFO, logger="curator_dask.dedup.fuzzy"):
+        result = wf.run(executor=executor)
+    edges = result.get_metadata("num_edges")
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("connected components:")]
+    assert len(lines) == 1, lines
+    expected = components_memory(edges, FUZZY_DOCS) / 2**20
+    assert f"{edges:,} edges among {FUZZY_DOCS:,} document ids" in lines[0]
+    assert f"about {expected:,.1f} MiB of arrays in one task" in lines[0]
+    assert lines[0].endswith("it runs there")
+
+
+def test_components_plan_when_it_does_not_fit():
+    workers = {"tcp://small": {"memory_limit": 2**30, "metrics": {"memory": 2**29}},
+               "tcp://big": {"memory_limit": 2**32, "metrics": {"memory": 2**29}}}
+    where, level, line = components_plan(100_000_000, 1_000_000_000, workers)
+    assert where == "tcp://big"
+    assert level == logging.WARNING
+    assert "more than the roomiest worker has (3.30 GiB free of its 4.00 GiB" in line
+    where, level, _ = components_plan(1000, 10_000, workers)
+    assert (where, level) == ("tcp://big", logging.INFO)
+
+
+@pytest.mark.parametrize(("ids", "edges", "spread"), [
+    (1_000_000, 100_000, 0.05), (1_000_000, 1_000_000, 1.0), (4_000_000, 2_000_000, 0.5),
+    (16_000_000, 100_000, 1.0)])
+def test_components_memory_bounds_the_measured_peak(ids, edges, spread):
+    """The estimate against the arrays' peak measured with tracemalloc (numpy reports its
+    allocations to it): never below, at most three times above."""
+    rng = np.random.default_rng(0)
+    connected_components(np.array([0]), np.array([1]))  # scipy imported before measuring
+    top = max(2, int(ids * spread))
+    tracemalloc.start()
+    try:
+        x, y = rng.integers(0, top, edges), rng.integers(0, top, edges)
+        x[0] = ids - 1
+        connected_components(x, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    estimate = components_memory(edges, ids)
+    assert peak <= estimate <= 3 * peak
