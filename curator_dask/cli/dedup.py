@@ -81,6 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "false_positive_check)")
             p.add_argument("--jaccard-threshold", type=float, default=0.8, metavar="T",
                            help="the --jaccard-check threshold (default: 0.8)")
+        p.add_argument("--job-id", metavar="ID",
+                       help="run as a job: its folder <work-dir>/<ID>/ gets the phase events "
+                            "that `status ID` shows")
+        p.add_argument("--work-dir", metavar="DIR",
+                       help="where the job folder goes (default: config jobs.work-dir)")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
         p.add_argument("-v", "--verbose", action="count", default=0,
                        help="-v: debug logs of curator_dask; -vv: also distributed's")
@@ -183,7 +188,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     executor = _executor(args)
     try:
-        result = workflow.run(executor=executor)
+        result = workflow.run(executor=executor, work_dir=args.work_dir, job_id=args.job_id)
     except FileNotFoundError as exc:  # the input names no file: before any work
         raise UsageError(str(exc)) from None
     finally:

@@ -68,6 +68,18 @@ def test_row_ranges_split_the_files_of_phase_1(tmp_path):
     assert sorted(kept["doc"]) == ["0-0", "0-2", "0-4"]
 
 
+def test_a_dedup_run_as_a_job_shows_its_phases_in_status(tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    jobs = str(tmp_path / "jobs")
+    done = cli("dedup", "exact", str(corpus), "--output", str(tmp_path / "out"),
+               "--job-id", "dd1", "--work-dir", jobs, "--workers", "1", timeout=300)
+    assert done.returncode == 0, done.stderr
+    status = cli("status", "dd1", "--work-dir", jobs, timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert "phase hash" in status.stdout and "phase duplicate_ids" in status.stdout, (
+        status.stdout)
+
+
 @pytest.mark.parametrize(("extra", "says"), [
     (["--num-partitions", "3"], "--num-partitions needs --partition-mode manual"),
     (["--partition-mode", "manual"], "--partition-mode manual needs --num-partitions N"),
