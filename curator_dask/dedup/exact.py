@@ -48,7 +48,7 @@ from curator_dask.dedup.phases import (
     said_once,
 )
 from curator_dask.dedup.progress import PhaseReporter, job_reporter
-from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult, new_result
 from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
@@ -213,7 +213,7 @@ class ExactDeduplicationWorkflow(WorkflowBase):
                    "curator_dask.dedup.kill_id_generator_actor before running the exact "
                    "deduplication workflow.")
             raise RuntimeError(msg)
-        result = WorkflowRunResult(workflow_name="exact_deduplication")
+        result = new_result("exact_deduplication")
         cache, temporary = self._cache()
         start = time.time()
         try:

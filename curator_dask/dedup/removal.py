@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult, new_result
 from curator_dask.ids.generator import CURATOR_DEDUP_ID_STR
 from curator_dask.stages.base import ProcessingStage
 from curator_dask.tasks import DocumentBatch
@@ -215,7 +215,7 @@ class TextDuplicatesRemovalWorkflow(WorkflowBase):
         pipeline = Pipeline(name="text_duplicates_removal_workflow",
                             description="Text duplicates removal workflow",
                             stages=self._generate_stages(initial_tasks))
-        result = WorkflowRunResult(workflow_name="text_duplicates_removal")
+        result = new_result("text_duplicates_removal")
         limit = self.input_task_limit
         if limit is not None and initial_tasks is not None and len(initial_tasks) > limit:
             logger.warning("Initial tasks provided (%d) is greater than input_task_limit (%d), "

@@ -31,7 +31,7 @@ from curator_dask.dedup.phases import (
     said_once,
 )
 from curator_dask.dedup.progress import job_reporter
-from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult
+from curator_dask.dedup.result import WorkflowBase, WorkflowRunResult, new_result
 from curator_dask.resumability.input_check import MODES as VERIFY_MODES  # the pipeline's
 
 logger = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class FuzzyDeduplicationWorkflow(WorkflowBase):
             msg = (f"FuzzyDeduplicationWorkflow runs on curator_dask.DaskExecutor, got "
                    f"{type(executor).__name__}: pass executor=DaskExecutor(...) (or None)")
             raise TypeError(msg)
-        result = WorkflowRunResult(workflow_name="fuzzy_deduplication")
+        result = new_result("fuzzy_deduplication")
         start = time.time()
         import dask
 
