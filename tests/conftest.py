@@ -28,6 +28,7 @@ SLOW_FILES_FIRST = (  # seconds summed per file in a `-n 3 --durations=0` run, 2
     "tests/docs/test_notebooks.py",  # 97
     "tests/test_readme.py",  # 95
     "tests/slurm/test_multinode_arrays.py",  # 62
+    "tests/dedup/test_dedup_multinode.py",  # 58 (alone, 2026-12-05)
     "tests/cli/test_cli.py",  # 61
     "tests/cli/test_drain.py",  # 47
     "tests/dedup/test_fuzzy_resume.py",  # 47
