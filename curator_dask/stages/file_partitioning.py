@@ -6,7 +6,7 @@ See docs/design/contract.md §2 (whole files) and §2.6 (row ranges, ``partition
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +18,45 @@ from curator_dask.stages.resources import Resources
 from curator_dask.tasks import EmptyTask, FileGroupTask, RowRangeTask
 from curator_dask.utils.files import (
     NoInputFilesError,
+    PackedPaths,
     check_paths_exist,
     gather_file_records,
     infer_dataset_name,
+    iter_file_records,
 )
 
 logger = logging.getLogger(__name__)
 
 _DEFAULT_BLOCKSIZE = "512MB"
+
+
+class PlannedTasks(Iterator[FileGroupTask]):
+    """The tasks of planned partitions, made one at a time by ``make()`` (a generator
+    function); :meth:`again` makes them anew from the first without touching this iterator:
+    a checkpointed run compares every file group with its partition record before the first
+    is sent, and then pulls them as its window frees (docs/pipeline-model.md "Lazy sources").
+
+    Example:
+        >>> tasks = PlannedTasks(lambda: iter(["a", "b"]))
+        >>> next(tasks), list(tasks.again()), list(tasks)
+        ('a', ['a', 'b'], ['b'])
+    """
+
+    def __init__(self, make: Callable[[], Iterator[Any]]) -> None:
+        self._make = make
+        self._tasks = make()
+
+    def __next__(self) -> Any:
+        return next(self._tasks)
+
+    def again(self) -> Iterator[Any]:
+        """The same tasks, made anew from the first."""
+        return self._make()
+
+    def close(self) -> None:
+        closing = getattr(self._tasks, "close", None)
+        if callable(closing):
+            closing()
 
 
 @dataclass
@@ -138,44 +169,78 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
         """The partitions, planned now (files listed, sizes read, a missing input raised at
         once), their tasks made one at a time as the run pulls them (the engine prefers this
         to :meth:`process`: the driver then never holds every source task,
-        docs/pipeline-model.md "Lazy sources")."""
+        docs/pipeline-model.md "Lazy sources"). The iterator's ``again()`` makes the same
+        tasks anew, for the partition check of a checkpointed run."""
         planned, self._planned = self._planned, None  # once: the stage travels to the workers
         if planned is not None:
             return self._row_range_tasks(planned)
+        spec = PartitionSpec.coerce(self.partition)  # None: whole files
+        if spec is None and not self.files_per_partition and self.blocksize is None:
+            return self._single_file_tasks()
         records = self._records()
         if not records:
             logger.warning("No files found under %s", self.file_paths)
             return iter(())
-        spec = PartitionSpec.coerce(self.partition)  # None: whole files
         if spec is not None:
             from curator_dask.partitions.plan import plan_partitions
 
             return self._row_range_tasks(plan_partitions(records, spec, self.storage_options))
         if self.files_per_partition:
-            files = [path for path, _ in records]
-            partitions = self._partition_by_count(files, self.files_per_partition)
+            partitions = self._partition_by_count([path for path, _ in records],
+                                                  self.files_per_partition)
         elif self.blocksize:
             partitions = self._partition_by_size(records, self._blocksize)
-        else:
+        else:  # blocksize=0: one file each, in size order
             partitions = [[path] for path, _ in records]
-        self._warn_oversized(partitions, dict(records))
-        return self._file_group_tasks(partitions, self._get_dataset_name(
-            [path for path, _ in records]))
+        sizes = dict(records)
+        self._warn_oversized(any(size < 0 for _, size in records),
+                             ((group, sum(sizes[path] for path in group)) for group in partitions))
+        return self._file_group_tasks(partitions.__getitem__, len(partitions),
+                                      infer_dataset_name(records[0][0]))
 
-    def _file_group_tasks(self, partitions: list[list[str]], dataset_name: str,
-                          ) -> Iterator[FileGroupTask]:
-        for i, group in enumerate(partitions[:self.limit]):
-            metadata = {"partition_index": i, "total_partitions": len(partitions),
-                        "source_files": group}
-            yield FileGroupTask(dataset_name=dataset_name, data=group, _metadata=metadata,
-                                reader_config={})
+    def _single_file_tasks(self) -> Iterator[FileGroupTask]:
+        """One file per partition in path order (the default): the listing streamed into
+        packed paths, so
+        the driver holds ~20 bytes a file, not a tuple, a string and a list each."""
+        unknown, over = False, []  # as _warn_oversized takes them
+
+        def listed() -> Iterator[str]:
+            nonlocal unknown
+            for path, size in iter_file_records(
+                    self.file_paths, extensions=self.file_extensions,
+                    storage_options=self.storage_options, require_files=not self.allow_no_files):
+                unknown = unknown or size < 0
+                if size > self._blocksize:
+                    over.append(([path], size))
+                yield path
+
+        paths = PackedPaths(listed())
+        if not paths:
+            logger.warning("No files found under %s", self.file_paths)
+            return iter(())
+        self._warn_oversized(unknown, over)
+        return self._file_group_tasks(lambda i: [paths[i]], len(paths),
+                                      infer_dataset_name(paths[0]))
+
+    def _file_group_tasks(self, group: Callable[[int], list[str]], total: int,
+                          dataset_name: str) -> PlannedTasks:
+        """A ``FileGroupTask`` for each of the ``total`` partitions (``group(i)``: its files),
+        up to ``limit``, made as they are pulled."""
+        def make() -> Iterator[FileGroupTask]:
+            for i in range(total)[:self.limit]:
+                files = group(i)
+                metadata = {"partition_index": i, "total_partitions": total,
+                            "source_files": files}
+                yield FileGroupTask(dataset_name=dataset_name, data=files, _metadata=metadata,
+                                    reader_config={})
+        return PlannedTasks(make)
 
     def _row_range_tasks(self, plan: Any) -> Iterator[FileGroupTask]:
         """One ``RowRangeTask`` per partition (a compressed file's: a ``FileGroupTask``)."""
         if not plan.partitions:
             logger.warning("No rows in the files under %s", self.file_paths)
         dataset_name = self._get_dataset_name([f.path for f in plan.files])
-        return self._row_range_iter(plan, dataset_name)
+        return PlannedTasks(lambda: self._row_range_iter(plan, dataset_name))
 
     def _row_range_iter(self, plan: Any, dataset_name: str) -> Iterator[FileGroupTask]:
         total = len(plan.partitions)
@@ -190,11 +255,12 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
                 yield RowRangeTask.of([p.to_dict() for p in part.pieces],
                                       dataset_name=dataset_name, index=i, total=total)
 
-    def _warn_oversized(self, partitions: list[list[str]], sizes: dict[str, int]) -> None:
-        if any(size < 0 for size in sizes.values()):
+    def _warn_oversized(self, unknown: bool, groups: Iterable[tuple[list[str], int]]) -> None:
+        """A warning for each of ``groups`` (files, bytes) over ``blocksize``, unless some
+        file's size is ``unknown``."""
+        if unknown:
             return  # unknown sizes: nothing to check
-        for group in partitions:
-            total = sum(sizes[path] for path in group)
+        for group, total in groups:
             if total > self._blocksize:
                 logger.warning(
                     "File group task has exceeded the storage limit per partition: %s "
@@ -226,4 +292,4 @@ class FilePartitioningStage(ProcessingStage[EmptyTask, FileGroupTask]):
         return infer_dataset_name(files[0]) if files else "dataset"
 
 
-__all__ = ["FilePartitioningStage", "NoInputFilesError"]
+__all__ = ["FilePartitioningStage", "NoInputFilesError", "PlannedTasks"]

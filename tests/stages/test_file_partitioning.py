@@ -647,3 +647,57 @@ class TestPartitionHelpers:
     def test_partition_by_size(self) -> None:
         records = [("a", 4), ("b", 6), ("c", 1)]
         assert FilePartitioningStage._partition_by_size(records, 5) == [["c", "a"], ["b"]]
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 35, item 7: the default (one file each) lists as it goes and keeps the paths packed
+# --------------------------------------------------------------------------------------------
+
+
+def make_tricky(store: Store) -> None:
+    """Names whose path order is not folder by folder ("a-b" and "a.jsonl" sort before
+    "a/"), a hidden-looking name with the extension, a folder "a.b", and a file elsewhere."""
+    for rel in ["in/a.jsonl", "in/a/b.jsonl", "in/a-b.jsonl", "in/a/c/d.jsonl",
+                "in/a.b/x.jsonl", "in/A.jsonl", "in/a/ b.jsonl", "in/sub/.h.jsonl",
+                "in/a0/q.jsonl", "in/a/c.jsonl", "in/z.txt", "other/o.jsonl"]:
+        store.write(rel, b"x" * len(rel))
+
+
+def test_one_file_partitions_list_in_the_order_of_the_records(store: Store) -> None:
+    """The streamed listing (``iter_file_records``) gives ``gather_file_records``'s order,
+    for one entry walked and for several merged, and the tasks name the same files."""
+    make_tricky(store)
+    listed = []
+    for paths in [store.root + "/in", [store.root + "/in/a", store.root + "/in",
+                                        store.root + "/other"]]:
+        records = file_utils.gather_file_records(paths, extensions=[".jsonl"])
+        assert list(file_utils.iter_file_records(paths, extensions=[".jsonl"])) == records
+        tasks = run(FilePartitioningStage(file_paths=paths, file_extensions=[".jsonl"]))
+        assert groups(tasks) == [[p] for p, _ in records]
+        assert [t._metadata["total_partitions"] for t in tasks] == [len(records)] * len(tasks)
+        listed.append([p for p, _ in records])
+    assert listed[0][:5] == [store.full(r) for r in [  # a string: every folder below it
+        "in/A.jsonl", "in/a-b.jsonl", "in/a.b/x.jsonl", "in/a.jsonl", "in/a/ b.jsonl"]]
+    assert listed[1] == [store.full(r) for r in [  # a list: each entry one level deep
+        "in/A.jsonl", "in/a-b.jsonl", "in/a.jsonl", "in/a/ b.jsonl", "in/a/b.jsonl",
+        "in/a/c.jsonl", "other/o.jsonl"]]
+
+
+def test_the_partition_check_makes_the_same_tasks_again(local_store: Store) -> None:
+    make_tricky(local_store)
+    stage = FilePartitioningStage(file_paths=local_store.root + "/in", limit=5)
+    tasks = stage.process_iter(EmptyTask())
+    first = next(tasks)
+    again = list(tasks.again())
+    assert [t.data for t in again] == [first.data] + [t.data for t in tasks]
+    assert len(again) == 5 and again[0]._metadata == first._metadata
+
+
+def test_packed_paths() -> None:
+    paths = [f"/data/{i % 7}/part-{i:05d}.jsonl" for i in range(25_001)] + [
+        "s3://b/k.jsonl", "bare.jsonl", "/é/ü.jsonl"]
+    packed = file_utils.PackedPaths(paths)
+    assert len(packed) == len(paths) and list(packed) == paths
+    assert packed[-1] == "/é/ü.jsonl" and packed[3:6] == paths[3:6]
+    with pytest.raises(IndexError, match="out of range"):
+        packed[len(paths)]
