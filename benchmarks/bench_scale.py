@@ -6,6 +6,7 @@ Run from the repository root:
 
     python benchmarks/bench_scale.py memory              # 20,000 and 200,000 sources
     python benchmarks/bench_scale.py memory --sizes 20000 200000 1000000 --source lazy
+    python benchmarks/bench_scale.py memory --file-groups --outputs drop --sizes 20000 200000
     python benchmarks/bench_scale.py resume              # 10,000,000 ids in 1,000 files
 
 - memory: a source stage emitting N tiny tasks (``--source list``: one list, NeMo Curator's
@@ -18,6 +19,11 @@ Run from the repository root:
   of each size to the smallest, and the rate with outputs kept over the rate without.
   Targets (issue 25): RSS(200,000) <= 1.5 x RSS(20,000) and RSS(1,000,000) < 300 MB with a
   lazy source and outputs not kept; the rate with outputs kept >= 0.9 x the rate without.
+  ``--file-groups``: the source is a ``FilePartitioningStage`` over N tiny JSONL files on disk
+  (one file per partition, the default; made once under ``<tmp>/curator-dask-bench-files/``
+  in folders of 10,000, listed as ``file_paths``, so sizes share them), the no-op stages take
+  the file groups (no reader). Target (issue 35, item 7): RSS(200,000) <= 1.5 x RSS(20,000)
+  and RSS(1,000,000) < 300 MB with outputs not kept.
 - resume: a checkpoint of N completed ids in F writer files (NeMo Curator's format, made
   once and kept under benchmarks/_data/), then a run over 1,000 sources of which half are
   complete. Printed: seconds from "cluster connected" to the first submission, and the
@@ -105,9 +111,15 @@ class Source(ProcessingStage):
         tasks = (Tiny(dataset_name="scale", data=i) for i in range(self.n))
         return tasks if lazy else list(tasks)  # lazy: the engine pulls as its window frees
 
+if sys.argv[3].startswith("files:"):  # file groups: FilePartitioningStage over folders
+    from curator_dask.stages.file_partitioning import FilePartitioningStage
+    source = FilePartitioningStage(file_paths=json.loads(sys.argv[3][len("files:"):]),
+                                   file_extensions=[".jsonl"])
+else:
+    source = Source(n=n)
 with tempfile.TemporaryDirectory() as ckpt:
     started = time.perf_counter()
-    result = run(Source(n=n), ckpt, keep_outputs=keep)
+    result = run(source, ckpt, keep_outputs=keep)
     wall = time.perf_counter() - started
 t = result.timings
 stream = t["end"] - t.get("first_submit", t["end"])
@@ -132,6 +144,30 @@ def child(code: str, *args: str, code_root: str | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+FILES_PER_FOLDER = 10_000
+
+
+def file_folders(n: int) -> list[str]:
+    """The folders holding ``n`` tiny JSONL files (one line each), made once and kept under
+    ``<tmp>/curator-dask-bench-files/`` (folders of 10,000 files, shared by every size)."""
+    if n % FILES_PER_FOLDER:
+        raise SystemExit(f"--file-groups: sizes must be multiples of {FILES_PER_FOLDER:,}, "
+                         f"not {n:,}")
+    root = os.path.join(tempfile.gettempdir(), "curator-dask-bench-files")
+    folders = []
+    for k in range(n // FILES_PER_FOLDER):
+        folder = os.path.join(root, f"f{k:04d}")
+        folders.append(folder)
+        if os.path.exists(os.path.join(folder, "done")):
+            continue
+        os.makedirs(folder, exist_ok=True)
+        for i in range(FILES_PER_FOLDER):
+            with open(os.path.join(folder, f"{i:05d}.jsonl"), "w") as f:
+                f.write(f'{{"id": {k * FILES_PER_FOLDER + i}, "text": "x"}}\n')
+        open(os.path.join(folder, "done"), "w").close()  # not .jsonl: not listed
+    return folders
+
+
 def machine() -> str:
     return f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
 
@@ -150,7 +186,9 @@ def memory(args: argparse.Namespace) -> None:
     for n in args.sizes:
         for mode in modes:  # the modes of one size, and the two sides of each, in turn
             for side, root in sides:
-                r = child(MEMORY_RUN, str(n), mode, args.source, code_root=root)
+                source = (args.source if not args.file_groups
+                          else "files:" + json.dumps(file_folders(n)))
+                r = child(MEMORY_RUN, str(n), mode, source, code_root=root)
                 if r["completed"] != n or r["returned"] != (n if mode == "keep" else 0):
                     raise SystemExit(f"{n} sources ({mode}): the checkpoint recorded "
                                      f"{r['completed']}, the run returned {r['returned']} tasks")
@@ -190,15 +228,19 @@ def memory(args: argparse.Namespace) -> None:
                + " ".join(str(s) for s in args.sizes)
                + ("" if args.outputs == "both" else f" --outputs {args.outputs}")
                + ("" if args.source == "list" else f" --source {args.source}")
+               + (" --file-groups" if args.file_groups else "")
                + (" --baseline <worktree>" if args.baseline else "") + "`")
     for side, mode, n, wall, rate, rss, task_bytes in rows:
         small = smallest[side, mode]
         label = {"before": f" (before: {args.baseline_label})", "after": " (after)"}.get(side, "")
-        record("scale-memory by output mode",
+        record("scale-memory with file groups and a checkpoint" if args.file_groups
+               else "scale-memory by output mode",
                ["date", "command", "machine", "source stage", "keep_outputs", "sources",
                 "wall s", "sources/s", "driver peak RSS MiB", "RSS ratio to the smallest size",
                 "bytes per returned task"],
-               [today, command + label, machine(), args.source, str(mode == "keep"), f"{n:,}",
+               [today, command + label, machine(),
+                "FilePartitioningStage" if args.file_groups else args.source,
+                str(mode == "keep"), f"{n:,}",
                 f"{wall:.2f}", f"{rate:,.0f}", f"{rss / 2**20:.1f}", f"{rss / small[5]:.2f}",
                 f"{task_bytes:,.0f}" if mode == "keep" else "n/a"])
 
@@ -324,6 +366,8 @@ def main() -> None:
                      help="what the baseline is, for the rows (e.g. 'commit f1549a2')")
     mem.add_argument("--source", choices=["list", "lazy"], default="list",
                      help="the source stage returns a list (NeMo's contract) or a generator")
+    mem.add_argument("--file-groups", action="store_true",
+                     help="the source is FilePartitioningStage over N tiny JSONL files on disk")
     mem.add_argument("--no-record", action="store_true")
     mem.set_defaults(func=memory)
     res = sub.add_parser("resume", help="start of a run over a checkpoint of many ids")

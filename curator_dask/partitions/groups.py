@@ -32,6 +32,8 @@ affect interchange.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from curator_dask.partitions.record import GroupsRecord, source_parameters
 
 GROUPING_OPTIONS = ("files_per_partition", "blocksize", "file_paths", "file_extensions")
 _SHOWN = 3
+BLOCK = 4096  # sources compared at a time when they come as an iterator
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,12 @@ def single_file_id(path: str) -> str:
     return get_deterministic_hash([path])
 
 
-def _own_id_types(sources: Sequence[Any], groups: dict[str, list[str]]) -> set[type]:
+def _own_id_types(sources: Sequence[Any], groups: dict[str, list[str]],
+                  decided: tuple[set[type], set[type]] | None = None) -> set[type]:
     """The task classes whose single-file partitions have the file's own hash as their source
-    id: ``FileGroupTask``'s ``get_deterministic_id`` (either model), checked on one task."""
-    found: set[type] = set()
-    rejected: set[type] = set()
+    id: ``FileGroupTask``'s ``get_deterministic_id`` (either model), checked on one task.
+    ``decided``: ``(found, rejected)`` of earlier blocks of the same run, updated here."""
+    found, rejected = decided if decided is not None else (set(), set())
     for task in sources:
         kind = type(task)
         if kind in found or kind in rejected or not isinstance(task.data, list) or len(
@@ -96,10 +100,11 @@ def _own_id_types(sources: Sequence[Any], groups: dict[str, list[str]]) -> set[t
     return found
 
 
-def compact_groups(sources: Sequence[Any], groups: dict[str, list[str]]
-                   ) -> dict[str, list[str]]:
-    """``groups`` less the single-file partitions whose id is their file's own hash."""
-    own = _own_id_types(sources, groups)
+def compact_groups(sources: Sequence[Any], groups: dict[str, list[str]],
+                   decided: tuple[set[type], set[type]] | None = None) -> dict[str, list[str]]:
+    """``groups`` less the single-file partitions whose id is their file's own hash
+    (``decided``: as :func:`_own_id_types`)."""
+    own = _own_id_types(sources, groups, decided)
     kept = (t.get_source_id() for t in sources if not (type(t) in own and len(t.data) == 1))
     return {sid: groups[sid] for sid in kept if sid in groups}
 
@@ -110,13 +115,15 @@ def owners(groups: dict[str, list[str]]) -> dict[str, str]:
 
 
 def find_regrouped(old: dict[str, list[str]], new: dict[str, list[str]],
-                   completed: Any, *, implied: bool = False) -> list[Regrouped]:
+                   completed: Any, *, implied: bool = False,
+                   before: dict[str, str] | None = None) -> list[Regrouped]:
     """Files of completed ``old`` partitions that ``new`` puts in a partition not complete.
 
     ``completed(ids)`` answers which of ``ids`` the checkpoint marks complete; it is called
     once, and only when some file changed partition. With ``implied`` (``old`` is a record
     that leaves out single-file partitions), a file of a new partition of several files that
     ``old`` does not name was in the partition :func:`single_file_id` names, if any.
+    ``before``: ``owners(old)``, when the caller has it (one block of many).
 
     Example:
         >>> old = {"A": ["a"], "B": ["b"]}
@@ -126,7 +133,7 @@ def find_regrouped(old: dict[str, list[str]], new: dict[str, list[str]],
         >>> find_regrouped(old, {"A": ["a"], "B": ["b"], "C": ["c"]}, lambda ids: {"A", "B"})
         []
     """
-    before = owners(old)
+    before = owners(old) if before is None else before
     moved = [(path, before[path], sid) for sid, files in new.items() for path in files
              if path in before and before[path] != sid]
     if implied:
@@ -153,32 +160,102 @@ def merged_groups(old: dict[str, list[str]], new: dict[str, list[str]],
     return merged
 
 
-def check_partitioning(source_stage: Any, sources: Sequence[Any], completed: Any,
+def check_partitioning(source_stage: Any, sources: Iterable[Any], completed: Any,
                        checkpoint_url: str, storage_options: dict | None = None) -> None:
     """Refuse a run that regroups files of completed partitions; record its partitioning.
 
     ``sources`` are every source of the run (before an array shard's filter, so that each
-    shard writes the same record); ``completed(ids)`` is the checkpoint's completed lookup.
-    Sources that are not file groups are not checked and leave no record.
+    shard writes the same record): a list, taken as one block, or an iterator, taken a block
+    at a time (:class:`PartitioningCheck`); ``completed(ids)`` is the checkpoint's completed
+    lookup. Sources that are not file groups are not checked and leave no record.
     """
-    groups = file_groups(sources)
-    if not groups:
-        return
-    record = GroupsRecord(checkpoint_url, storage_options)
-    old = record.read()
-    params = source_parameters(source_stage)
-    old_groups = old["groups"] if old is not None else {}
-    regrouped = find_regrouped(old_groups, groups, completed, implied=old is not None)
-    if regrouped:
-        raise PartitioningChangedError(
-            describe(old or {}, params, groups, regrouped, checkpoint_url))
-    seen = set(owners(groups))
-    merged = merged_groups(old_groups, compact_groups(sources, groups), seen)
-    new = {"version": GroupsRecord.version, "parameters": params, "files": len(seen),
-           "partitions": len(groups), "groups": merged}
-    if old is not None and all(old.get(k) == v for k, v in new.items()):
-        return
-    record.write({**new, "written": time.time()})
+    check = PartitioningCheck(source_stage, completed, checkpoint_url, storage_options)
+    if isinstance(sources, Sequence):
+        check.add(sources)
+    else:
+        iterator = iter(sources)
+        while block := list(itertools.islice(iterator, BLOCK)):
+            check.add(block)
+    check.finish()
+
+
+class PartitioningCheck:
+    """:func:`check_partitioning` over the run's sources given a block at a time: ``add``
+    each block, then ``finish`` refuses (``PartitioningChangedError``) or writes the record.
+
+    It keeps what the record needs, not the sources: the old record's files, the groups the
+    new record will name (none with one file per partition), counts and three example
+    paths. So a lazy source stage's file groups are compared as they are made, before the
+    first is sent, without holding 10^6 tasks (``backends/dask/source_feed.py``). Files and
+    partitions are counted per block: a file in groups of two blocks counts twice (a source
+    stage that lists a file twice; ``FilePartitioningStage`` does not).
+
+    Example:
+        >>> import tempfile
+        >>> from curator_dask.stages.file_partitioning import FilePartitioningStage
+        >>> from curator_dask.tasks import FileGroupTask
+        >>> tasks = [FileGroupTask(dataset_name="d", data=[f"/in/{n}.jsonl"]) for n in "ab"]
+        >>> for t in tasks:
+        ...     t.task_id = f"0_{t.get_deterministic_id()}"
+        >>> check = PartitioningCheck(FilePartitioningStage("/in/"), lambda ids: set(),
+        ...                           tempfile.mkdtemp())
+        >>> check.add(tasks[:1]), check.add(tasks[1:]), check.finish()
+        (None, None, None)
+        >>> check.record.read()["files"], check.record.read()["groups"]
+        (2, {})
+    """
+
+    def __init__(self, source_stage: Any, completed: Any, checkpoint_url: str,
+                 storage_options: dict | None = None) -> None:
+        self.record = GroupsRecord(checkpoint_url, storage_options)
+        self.checkpoint_url, self.completed = checkpoint_url, completed
+        self.old = self.record.read()
+        self.old_groups: dict[str, list[str]] = self.old["groups"] if self.old else {}
+        self.before = owners(self.old_groups)
+        self.params = source_parameters(source_stage)
+        self.regrouped: list[Regrouped] = []
+        self.groups: dict[str, list[str]] = {}  # for the record: compact
+        self.seen_before: set[str] = set()  # files of the old record this run has
+        self.files = self.partitions = self.added = 0
+        self.added_shown: list[str] = []  # the first added paths, in order
+        self.any = False
+        self._decided: tuple[set[type], set[type]] = (set(), set())
+
+    def add(self, sources: Sequence[Any]) -> None:
+        """Compare one block of the run's sources with the record."""
+        groups = file_groups(sources)
+        if not groups:
+            return
+        self.any = True
+        regrouped = find_regrouped(self.old_groups, groups, self.completed,
+                                   implied=self.old is not None, before=self.before)
+        self.regrouped += regrouped
+        files = owners(groups)
+        self.files += len(files)
+        self.partitions += len(groups)
+        self.seen_before.update(p for p in files if p in self.before)
+        moved = {r.path for r in regrouped}
+        added = [p for p in files if p not in self.before and p not in moved]
+        self.added += len(added)
+        self.added_shown = heapq.nsmallest(_SHOWN, [*self.added_shown, *added])
+        if not self.regrouped:  # the record is not written otherwise
+            self.groups.update(compact_groups(sources, groups, self._decided))
+
+    def finish(self) -> None:
+        """Refuse the run, or write the record (when it changed)."""
+        if not self.any:
+            return
+        if self.regrouped:
+            raise PartitioningChangedError(describe(
+                self.old or {}, self.params, self.regrouped, self.checkpoint_url,
+                added=(self.added, self.added_shown),
+                missing=len(self.before) - len(self.seen_before)))
+        merged = merged_groups(self.old_groups, self.groups, self.seen_before)
+        new = {"version": GroupsRecord.version, "parameters": self.params,
+               "files": self.files, "partitions": self.partitions, "groups": merged}
+        if self.old is not None and all(self.old.get(k) == v for k, v in new.items()):
+            return
+        self.record.write({**new, "written": time.time()})
 
 
 def _changed_parameters(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -190,15 +267,17 @@ def _files(n: int) -> str:
     return f"{n} file{'' if n == 1 else 's'}"
 
 
-def _examples(paths: Iterable[str]) -> str:
-    paths = sorted(paths)
-    more = f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else ""
+def _examples(paths: Sequence[str], n: int) -> str:
+    """The first of ``paths`` (sorted), and how many more of ``n``."""
+    more = f" and {n - _SHOWN} more" if n > _SHOWN else ""
     return ", ".join(paths[:_SHOWN]) + more
 
 
-def describe(old: dict[str, Any], params: dict[str, Any], groups: dict[str, list[str]],
-             regrouped: list[Regrouped], checkpoint_url: str) -> str:
-    """The refusal: what changed (old and new values), which files, and the two fixes."""
+def describe(old: dict[str, Any], params: dict[str, Any], regrouped: list[Regrouped],
+             checkpoint_url: str, *, added: tuple[int, Sequence[str]], missing: int) -> str:
+    """The refusal: what changed (old and new values), which files, and the two fixes.
+    ``added``: how many files the record does not name (not regrouped ones) and the first
+    of them in order; ``missing``: how many files of the record this run does not have."""
     old_params = old.get("parameters") or {}
     changed = _changed_parameters(old_params, params)
     options = [n for n in changed if n in GROUPING_OPTIONS]
@@ -206,13 +285,11 @@ def describe(old: dict[str, Any], params: dict[str, Any], groups: dict[str, list
                       for n in changed)] if changed else []
     fixes = [f"run with {', '.join(f'{n}={old_params.get(n)!r}' for n in options)} again, as "
              "the checkpoint was made"] if options else []
-    before, now = set(owners(old.get("groups") or {})), set(owners(groups))
-    # a regrouped file was in a completed partition (named, or of that file alone): not added
-    added, missing = sorted(now - before - {r.path for r in regrouped}), before - now
-    if added or missing or not options:
-        what.append(f"the input file list changed ({_files(len(added))} added"
-                    + (f": {_examples(added)}" if added else "")
-                    + f"; {_files(len(missing))} of the record not in this run's input)")
+    count, shown = added
+    if count or missing or not options:
+        what.append(f"the input file list changed ({_files(count)} added"
+                    + (f": {_examples(shown, count)}" if count else "")
+                    + f"; {_files(missing)} of the record not in this run's input)")
         fixes.append("restore the input file list the checkpoint was made with (and process "
                      "new files with a checkpoint and output folder of their own)")
     first = regrouped[0]

@@ -86,9 +86,10 @@ class CompletionClient:
         """Those of ``source_ids`` that the checkpoint marks complete (read-only)."""
         return set(self._call("completed", source_ids=list(source_ids)))
 
-    def check_partitioning(self, source_stage: Any, sources: list[Task]) -> None:
+    def check_partitioning(self, source_stage: Any, sources: Iterable[Task]) -> None:
         """Refuse sources that regroup files of completed partitions; record the partitioning
-        (``partitions/groups.py``). Give it every source, before a shard filter."""
+        (``partitions/groups.py``). Give it every source, before a shard filter: a list, or
+        an iterator compared a block at a time."""
         from curator_dask.partitions.groups import check_partitioning
 
         check_partitioning(source_stage, sources, self.completed_source_ids,

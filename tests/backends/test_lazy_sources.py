@@ -255,3 +255,65 @@ def test_a_run_stopped_while_its_lazy_source_still_gives_says_so_and_resumes(tmp
     # what the stopped run completed is skipped, the rest runs: every source once
     assert again.skipped_sources > 0 and again.skipped_sources + len(again) == 100
     assert again.checkpoint["completed"] == 100
+
+
+@dataclass
+class MarkFile(ProcessingStage):
+    """Writes one marker file per file group, named after its file (on the workers)."""
+
+    name: str = "mark_file"
+    marks: str = ""
+
+    def process(self, task):
+        open(os.path.join(self.marks, os.path.basename(task.data[0])), "w").close()
+        return task
+
+
+@dataclass
+class FilesCountingAtTeardown(FilePartitioningStage):
+    """``FilePartitioningStage`` that counts the markers when it is torn down: when the run
+    took every source (a list), before anything was sent; from a feed, once the last source
+    has been pulled."""
+
+    marks: str = ""
+
+    def teardown(self):
+        done = len(os.listdir(self.marks))
+        with open(os.path.join(self.marks, "seen"), "w") as f:
+            f.write(str(done))
+
+
+def test_checkpointed_file_groups_are_compared_first_and_then_pulled(executor, tmp_path):
+    """Issue 35, item 7: with a checkpoint, FilePartitioningStage's file groups are compared
+    with the partition record before the first is sent (a refusal still processes nothing),
+    from tasks made again, and then pulled as the window frees; the driver never takes the
+    whole list."""
+    from curator_dask.errors import PartitioningChangedError
+    from curator_dask.sample_data import generate_jsonl
+
+    generate_jsonl(str(tmp_path / "in"), files=60, docs_per_file=1, seed=35)
+    ckpt, marks = str(tmp_path / "ckpt"), tmp_path / "marks"
+    marks.mkdir()
+
+    def run(**grouping):
+        stage = FilesCountingAtTeardown(file_paths=str(tmp_path / "in"), marks=str(marks),
+                                        **grouping)
+        return Pipeline(name="files").add_stage(stage).add_stage(
+            MarkFile(marks=str(marks))).run(executor=executor, checkpoint_path=ckpt)
+
+    first = run(limit=40)
+    # the stage was torn down after sources had been processed: pulled, not listed first
+    assert seen(marks) > 0
+    assert first.num_sources == 40 and first.checkpoint["completed"] == 40
+    # the totals were known before the first source was sent, as with a list
+    assert first.timings["sources_opened"] <= first.timings["first_submit"]
+    for name in os.listdir(marks):
+        os.remove(marks / name)
+    second = run()
+    assert second.num_sources == 60 and second.skipped_sources == 40 and len(second) == 20
+    assert len([n for n in os.listdir(marks) if n.endswith(".jsonl")]) == 20  # the new ones
+    for name in os.listdir(marks):
+        os.remove(marks / name)
+    with pytest.raises(PartitioningChangedError, match="60 input files of completed"):
+        run(files_per_partition=2)
+    assert os.listdir(marks) == ["seen"] and seen(marks) == 0  # compared before any was sent

@@ -334,3 +334,32 @@ def test_cli_exit_code_is_2(tmp_path):
     assert "run: error: the input is partitioned differently" in refused.stderr
     assert "files_per_partition was 1, now 2" in refused.stderr
     assert len(list((tmp_path / "out").glob("*.jsonl"))) == 4  # nothing more written
+
+
+def test_sources_given_a_block_at_a_time_are_checked_as_a_list(tmp_path, monkeypatch):
+    """Issue 35, item 7: an iterator of sources is compared a block at a time, keeping none;
+    the record and the refusal are those of the same sources as one list."""
+    from curator_dask.partitions import groups as groups_module
+
+    monkeypatch.setattr(groups_module, "BLOCK", 3)
+    files = [f"/in/{i:02d}.jsonl" for i in range(10)]
+    pairs = FilePartitioningStage(file_paths="in/", files_per_partition=2)
+    as_pairs = [tuple(files[i:i + 2]) for i in range(0, 10, 2)]
+    for given in (list, iter):
+        ckpt = tmp_path / given.__name__
+        check_partitioning(pairs, given(sources(*as_pairs)), lambda ids: set(), str(ckpt))
+        record = GroupsRecord(str(ckpt)).read()
+        assert (record["files"], record["partitions"]) == (10, 5)
+        assert sorted(record["groups"].values()) == [list(p) for p in as_pairs]
+    assert (GroupsRecord(str(tmp_path / "list")).read()["groups"]
+            == GroupsRecord(str(tmp_path / "iter")).read()["groups"])
+    one = FilePartitioningStage(file_paths="in/")
+    done = {FakeSource(*as_pairs[i]).task.get_source_id() for i in (1, 4)}
+    messages = []
+    for given in (list, iter):
+        with pytest.raises(PartitioningChangedError) as err:
+            check_partitioning(one, given(sources(*[(f,) for f in files], ("/in/new.jsonl",))),
+                               lambda ids: set(ids) & done, str(tmp_path / given.__name__))
+        messages.append(str(err.value))
+    assert messages[0] == messages[1].replace("/iter", "/list")
+    assert "4 input files of completed partitions" in messages[0]

@@ -11,10 +11,11 @@ observer's ``run_finished`` (the shard's, then the caller's). See docs/design/ar
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from curator_dask.backends.base import (
@@ -24,7 +25,7 @@ from curator_dask.backends.base import (
     RunOptions,
     prepare_outputs,
 )
-from curator_dask.backends.dask import extensions
+from curator_dask.backends.dask import extensions, source_feed
 from curator_dask.backends.dask.head import run_head, run_head_on_cluster, settle_source
 from curator_dask.backends.dask.plan import ExecutionPlan, build_plan, plan_document
 from curator_dask.backends.dask.progress import notice, showing
@@ -204,7 +205,8 @@ class DaskRun:
                 self.stages, self.plan, sources.take(), run_id=self.run_id, stop=self.stop,
                 services=self.services, report=self.report, settings=settings,
                 progress=executor.progress,
-                known_total=sources.to_process if sources.feed is None else None,
+                known_total=(sources.to_process if sources.feed is None
+                             or sources.feed.planned is not None else None),
                 failure=getattr(cluster, "failure", None),
                 performance_report_path=self.options.performance_report)
         except SchedulerLostError as exc:
@@ -237,7 +239,7 @@ class DaskRun:
         collected = live.sources["completed"]
         todo, skipped, more = sources.to_process, sources.skipped, False
         feed = sources.feed
-        if feed is not None and not feed.exhausted:  # what it had given so far
+        if feed is not None and not feed.exhausted and feed.planned is None:  # given so far
             todo, skipped, more = feed.total - feed.skipped, feed.skipped, True
         if todo == 0 and collected == 0 and not live.cut and not more:
             # before any source started (the cluster's start, the head): "0 of 0" says nothing
@@ -321,9 +323,12 @@ class DaskRun:
                 sink_follows=bool(self.plan.groups))
             found = feed_or_list(
                 sources, why, on_exhausted=self.feed_exhausted,
-                completed=completion.completed_source_ids if completion is not None else None)
+                completed=completion.completed_source_ids if completion is not None else None,
+                check_groups=self.check_groups if completion is not None else None)
             if isinstance(found, SourceFeed):  # its totals when it ends: feed_exhausted
                 held.feed, held.todo, held.sources = found, found, []
+                if found.planned is not None:  # known already: file groups, all checked
+                    self.sources_planned(*found.planned)
                 return
             self.report_head()
             sources = held.sources = found  # the whole list (why: in the log)
@@ -359,10 +364,33 @@ class DaskRun:
                          to_process=total - skipped,
                          **({"reprocessed_changed_inputs": len(changed)} if changed else {}))
 
+    def check_groups(self, tasks: Iterator[Any]) -> tuple[int, int]:
+        """Every file group of a lazy source stage, made again before the first is sent:
+        compared with the checkpoint's partition record (refused, or recorded) and counted,
+        with those already complete; returns ``(total, skipped)``. None of them is kept."""
+        completion = self.services.completion
+        if completion is None:
+            msg = "check_groups needs the run's checkpoint: call it after open_checkpoint"
+            raise RuntimeError(msg)
+        counts = [0, 0]
+
+        def counted() -> Iterator[Any]:
+            while block := list(itertools.islice(tasks, source_feed.CHECK_BLOCK)):
+                ids = [t.get_source_id() for t in block]
+                done = completion.completed_source_ids(ids)
+                counts[0] += len(ids)
+                counts[1] += sum(1 for i in ids if i in done)
+                yield from block
+
+        completion.check_partitioning(self.stages[self.plan.head[-1]], counted())
+        return counts[0], counts[1]
+
     def feed_exhausted(self, total: int, skipped: int) -> None:
         """The lazy source stage has given its last task."""
         self.report_head()
-        self.sources_planned(total, skipped)
+        feed = self.sources.feed
+        if feed is None or feed.planned is None:  # else planned when the run began
+            self.sources_planned(total, skipped)
 
     def prepare_stage_checkpoints(self) -> None:
         ckpt = self.options.stage_checkpoints

@@ -10,9 +10,11 @@ asks the completion plugin which of each block are complete (one call per block 
 
 Runs that need every source before the first is sent take the whole list instead
 (:func:`feed_or_list` says why in the log): an array shard, ``verify_inputs``, stage
-checkpoints, a pipeline with nothing after its source stage, and file groups in a checkpointed
-run (the partition record compares every group with the completed ones before anything runs;
-``partitions/groups.py``). Only the first block is looked at for file groups.
+checkpoints, and a pipeline with nothing after its source stage. File groups in a checkpointed
+run (seen in the first block) are compared with the partition record before anything runs
+(``partitions/groups.py``): from the stage's tasks made again (:meth:`LazySourceTasks.replay`,
+``FilePartitioningStage``), a block at a time, none kept; from a stage that cannot make them
+again, by taking the whole list.
 
 Example:
     >>> feed = SourceFeed(iter(["a", "b", "c"]))
@@ -106,6 +108,36 @@ class LazySourceTasks(Iterator[Task]):
         self.produced = 0
         self.on_close: Any = None
 
+    def replay(self) -> Iterator[Task] | None:
+        """The stage's outputs made again from the first, with the ids the run gives them,
+        neither counted nor timed, while this iterator stays where it is; ``None`` when the
+        stage's iterator cannot make them again (an ``again()`` method, as
+        ``FilePartitioningStage``'s has). A checkpointed run compares every file group with
+        its partition record this way before the first source is sent."""
+        again = getattr(self._iterator, "again", None)
+        return self._replayed(again()) if callable(again) else None
+
+    def _replayed(self, iterator: Iterator[Any]) -> Iterator[Task]:
+        stage = self.adapter.stage
+        position = -1
+        while True:
+            try:
+                task = next(iterator)
+            except StopIteration:
+                return
+            except Exception as exc:
+                raise StageError(stage.name, [self.parent.task_id],
+                                 f"{type(exc).__name__}: {exc}", traceback_text(exc)) from exc
+            position += 1
+            if task is None or lineage.is_none_task(task):
+                continue
+            if lineage.is_sentinel(task):
+                msg = f"Source stage {stage.name} emitted {type(task).__name__}, which is not "
+                msg += "supported."
+                raise ValueError(msg)
+            task._set_task_id(self.parent.task_id, task.get_deterministic_id() or position)
+            yield task
+
     def __next__(self) -> Task:
         stage = self.adapter.stage
         while self._iterator is not None:
@@ -163,12 +195,16 @@ class SourceFeed(Iterator[Any]):
             or ``None`` without a checkpoint.
         first: sources already pulled from ``tasks`` (the block the run looked at).
         on_exhausted: called once with ``(total, skipped)`` when ``tasks`` ends.
+        planned: ``(total, skipped)`` when known before the first is pulled (file groups the
+            partition check counted, :func:`feed_or_list`), else ``None``.
     """
 
     def __init__(self, tasks: Iterator[Any], *,
                  completed: Callable[[list[str]], Iterable[str]] | None = None,
                  first: Iterable[Any] = (),
-                 on_exhausted: Callable[[int, int], None] | None = None) -> None:
+                 on_exhausted: Callable[[int, int], None] | None = None,
+                 planned: tuple[int, int] | None = None) -> None:
+        self.planned = planned
         self._source = tasks
         self._tasks = itertools.chain(first, tasks)
         self._completed = completed
@@ -210,37 +246,62 @@ class SourceFeed(Iterator[Any]):
 def feed_or_list(lazy: Iterator[Any], why: str | None, *,
                  completed: Callable[[list[str]], Iterable[str]] | None = None,
                  on_exhausted: Callable[[int, int], None] | None = None,
+                 check_groups: Callable[[Iterator[Any]], tuple[int, int]] | None = None,
                  ) -> SourceFeed | list[Any]:
     """A feed over ``lazy``, or every source as a list where the run needs them all before
     the first is sent: ``why`` (:func:`whole_list_reason`), or, in a checkpointed run
     (``completed``: the checkpoint's lookup of completed ids), file groups in the first block
-    (the partition record compares every group first). The reason goes to the log and the
-    stage is closed. ``on_exhausted(total, skipped)`` hears a feed's totals when it ends.
+    that the stage cannot make again (the partition record compares every group first). The
+    reason goes to the log and the stage is closed. ``on_exhausted(total, skipped)`` hears a
+    feed's totals when it ends.
+
+    File groups that the stage can make again (``lazy.replay()``) go to ``check_groups``
+    first, every one of them, made anew and not kept; it returns the totals ``(total,
+    skipped)``, which the feed carries as ``planned`` (known before the first is sent).
 
     Example:
         >>> feed_or_list(iter(["a", "b"]), "an array shard selects among all sources")
         ['a', 'b']
     """
     first: list[Any] = []
+    planned: tuple[int, int] | None = None
     if why is None and completed is not None:
         from curator_dask.partitions.groups import file_groups
 
         first = list(itertools.islice(lazy, CHECK_BLOCK))
+        replay = getattr(lazy, "replay", None)
         if file_groups(first):
-            why = ("the checkpoint's partitioning check (partitioning.json) compares every "
-                   "file group first")
+            again = replay() if callable(replay) and check_groups is not None else None
+            if check_groups is None or again is None:
+                why = ("the checkpoint's partitioning check (partitioning.json) compares every "
+                       "file group first")
+            else:
+                logger.debug("the checkpoint's partitioning check (partitioning.json) compares "
+                             "every file group first, as the source stage makes them again")
+                try:
+                    planned = check_groups(again)
+                except BaseException:
+                    _close(lazy)  # refused: the stage is torn down, as after a list
+                    raise
+                finally:
+                    _close(again)
     # engine detail, not what a user asked: DEBUG (the CLI's -v shows it)
     if why is not None:
         logger.debug("the source stage gives its tasks lazily; taking them all at once: %s", why)
         try:
             return first + list(lazy)
         finally:
-            closing = getattr(lazy, "close", None)
-            if callable(closing):
-                closing()
+            _close(lazy)
     logger.debug("the source stage gives its tasks lazily: they are pulled as the run goes, and "
                  "counted when the last has come")
-    return SourceFeed(lazy, first=first, on_exhausted=on_exhausted, completed=completed)
+    return SourceFeed(lazy, first=first, on_exhausted=on_exhausted, completed=completed,
+                      planned=planned)
+
+
+def _close(iterator: Iterator[Any]) -> None:
+    closing = getattr(iterator, "close", None)
+    if callable(closing):
+        closing()
 
 
 def whole_list_reason(*, sharded: bool = False, verify_inputs: bool = False,
