@@ -19,17 +19,22 @@ import tracemalloc
 
 import dask
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from curator_dask import DaskExecutor
 from curator_dask.dedup import ExactDeduplicationWorkflow, FuzzyDeduplicationWorkflow
 from curator_dask.dedup.fuzzy.components import (
+    GROUP_FIELD,
     components_memory,
+    components_out_of_core,
     components_plan,
     connected_components,
 )
+from curator_dask.dedup.fuzzy.lsh import EDGE_X, EDGE_Y
 from curator_dask.dedup.meter import cluster_usage
+from curator_dask.dedup.phases import ID_COLUMN
 from curator_dask.dedup.synthetic import planted_corpus
 
 TINY = "1 KiB"
@@ -117,6 +122,62 @@ def test_components_say_their_memory_first(corpora, executor, tmp_path, caplog):
     assert lines[0].endswith("it runs there")
 
 
+@pytest.mark.parametrize(("ids", "edges", "seed"), [(50_000, 20_000, 1), (5_000, 9_000, 2)])
+def test_components_out_of_core_equal_the_in_memory_ones(tmp_path, ids, edges, seed):
+    """When no worker has the room, the union-find with its parents in a file gives the
+    same groups as scipy's in memory, on random graphs (chains and stars merge across
+    batches: 1,000 edges a batch)."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.integers(0, ids, edges), rng.integers(0, ids, edges)
+    for i, part in enumerate(np.array_split(np.arange(edges), 3)):
+        pq.write_table(pa.table({EDGE_X: x[part], EDGE_Y: y[part]}),
+                       tmp_path / f"edges-{i}.parquet")
+    paths = sorted(str(p) for p in tmp_path.glob("edges-*.parquet"))
+    counts = components_out_of_core(paths, str(tmp_path / "cc"), ids, str(tmp_path),
+                                    batch_rows=1000)
+    vertices, groups = connected_components(x, y)
+    table = pq.read_table(tmp_path / "cc" / "part.0.parquet")
+    assert table.column(ID_COLUMN).to_pylist() == vertices.tolist()
+    assert table.column(GROUP_FIELD).to_pylist() == groups.tolist()
+    assert counts == {"num_edges": edges, "num_vertices": len(vertices),
+                      "num_groups": int(np.count_nonzero(vertices == groups))}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["cc"]  # files gone
+
+
+def test_a_workflow_whose_components_do_not_fit_runs_them_out_of_core(corpora, tmp_path,
+                                                                     caplog):
+    """A worker whose memory limit leaves less than the components' arrays runs them out of
+    core, with the same duplicates as a roomy worker's run. The limit is real (the one the
+    scheduler reports), set below what a worker holds before any task (~250 MiB), with
+    distributed's pause and terminate thresholds off so that the worker keeps working."""
+
+    def run(out, executor):
+        return FuzzyDeduplicationWorkflow(
+            cache_path=str(out / "cache"), output_path=str(out),
+            input_path=str(corpora / "fuzzy"), input_filetype="jsonl",
+            input_blocksize="64KiB").run(executor=executor)
+
+    unguarded = {"distributed.worker.memory.target": False,
+                 "distributed.worker.memory.spill": False,
+                 "distributed.worker.memory.pause": False,
+                 "distributed.worker.memory.terminate": False}
+    with dask.config.set(unguarded), DaskExecutor(
+            n_workers=1, progress=False, cluster_kwargs={"memory_limit": "64MiB"}) as small, \
+            caplog.at_level(logging.INFO, logger="curator_dask.dedup.fuzzy"):
+        run(tmp_path / "small", small)
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("connected components:")]
+    assert len(lines) == 1 and "runs there out of core" in lines[0], lines
+    with DaskExecutor(n_workers=1, progress=False) as roomy:
+        run(tmp_path / "roomy", roomy)
+    for name in ("ConnectedComponentsStage", "FuzzyDuplicateIds"):
+        small_t = pq.read_table(tmp_path / "small" / ("cache" if name.startswith("C") else "")
+                                / name)
+        roomy_t = pq.read_table(tmp_path / "roomy" / ("cache" if name.startswith("C") else "")
+                                / name)
+        assert small_t.sort_by(ID_COLUMN).equals(roomy_t.sort_by(ID_COLUMN))
+
+
 def test_components_plan_when_it_does_not_fit():
     workers = {"tcp://small": {"memory_limit": 2**30, "metrics": {"memory": 2**29}},
                "tcp://big": {"memory_limit": 2**32, "metrics": {"memory": 2**29}}}
@@ -124,6 +185,7 @@ def test_components_plan_when_it_does_not_fit():
     assert where == "tcp://big"
     assert level == logging.WARNING
     assert "more than the roomiest worker has (3.30 GiB free of its 4.00 GiB" in line
+    assert "out of core" in line
     where, level, _ = components_plan(1000, 10_000, workers)
     assert (where, level) == ("tcp://big", logging.INFO)
 

@@ -9,7 +9,9 @@ million documents gives far fewer: each duplicate document has about one edge pe
 iteration (edges are made unique per iteration), so 20 % near-duplicates at NeMo's defaults
 give under a million edges; the bound is 20 per document (one per band), 20 million edges, 1.7
 GB. A duplicate group's id is its smallest document id, and the ids to remove are all the
-others: deterministic, the smallest id is kept (NeMo keeps an arbitrary one). Written as NeMo's
+others: deterministic, the smallest id is kept (NeMo keeps an arbitrary one). When no worker
+has the memory (:func:`components_plan`), :func:`components_out_of_core` gives the same groups
+with a union-find whose parents live in a memory-mapped file. Written as NeMo's
 ``ConnectedComponentsStage/part.0.parquet`` (``_curator_dedup_id``, ``_duplicate_group_id``)
 and ``FuzzyDuplicateIds/part.<i>.parquet`` (``_curator_dedup_id``, sorted).
 """
@@ -143,10 +145,11 @@ def components_plan(num_edges: int, num_ids: int, workers: dict[str, Any]
     if need <= free:
         return where, logging.INFO, f"{head}; the roomiest worker has {has}: it runs there"
     return where, logging.WARNING, (
-        f"{head}, more than the roomiest worker has ({has}): it runs there all the same, "
-        "and the worker's nanny may end it (the run then fails with KilledWorker); give each "
-        "worker more memory (DaskExecutor(cluster_kwargs={'memory_limit': ...})) or keep "
-        "fewer edges (false_positive_check=True)")
+        f"{head}, more than the roomiest worker has ({has}): it runs there out of core "
+        f"instead (a union-find over the edges a batch at a time, its {_size(8 * num_ids)} "
+        "of parents in a file of the worker's local directory), slower; give each worker "
+        "more memory (DaskExecutor(cluster_kwargs={'memory_limit': ...})) to keep it in "
+        "memory")
 
 
 def _size(n: int) -> str:
@@ -194,9 +197,15 @@ def read_edges(paths: list[str], storage_options: dict[str, Any] | None = None,
 
 def components_task(edge_paths: list[str], cc_dir: str,
                     storage_options: dict[str, Any] | None = None,
-                    threshold: float | None = None) -> dict[str, int]:
+                    threshold: float | None = None, *, num_ids: int = 0,
+                    out_of_core: bool = False) -> dict[str, int]:
     """Read the edges, compute the components, write ``<cc_dir>/part.0.parquet``. Runs as one
-    Dask task on a worker (the driver holds no edges). Returns counts."""
+    Dask task on a worker (the driver holds no edges). Returns counts. ``out_of_core`` (when
+    no worker has the memory, :func:`components_plan`): :func:`components_out_of_core` over
+    the ``num_ids`` ids, its files in the worker's local directory."""
+    if out_of_core:
+        return components_out_of_core(edge_paths, cc_dir, num_ids, _scratch(),
+                                      storage_options, threshold)
     x, y = read_edges(edge_paths, storage_options, threshold)
     vertices, groups = connected_components(x, y)
     table = pa.table({ID_COLUMN: pa.array(vertices, pa.int64()),
@@ -204,6 +213,104 @@ def components_task(edge_paths: list[str], cc_dir: str,
     _write(table, cc_dir, "part.0.parquet", storage_options)
     return {"num_edges": len(x), "num_vertices": len(vertices),
             "num_groups": int(np.count_nonzero(vertices == groups))}
+
+
+def components_out_of_core(edge_paths: list[str], cc_dir: str, num_ids: int, scratch: str,
+                            storage_options: dict[str, Any] | None = None,
+                            threshold: float | None = None,
+                            batch_rows: int = 1 << 20) -> dict[str, int]:
+    """:func:`components_task` when no worker has the memory for it: a union-find whose
+    parents live in a file under ``scratch`` (``num_ids`` int64, memory-mapped: the page
+    cache holds what fits, the disk the rest), fed the edges ``batch_rows`` at a time, and the
+    vertices and groups written a batch at a time. Each union hooks the larger root under the
+    smaller, so every root is its component's smallest id: the groups equal
+    :func:`connected_components`'.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> pq.write_table(pa.table({EDGE_X: [5, 9, 2], EDGE_Y: [7, 7, 3]}), d + "/e.parquet")
+        >>> components_out_of_core([d + "/e.parquet"], d + "/cc", 10, d)["num_groups"]
+        2
+        >>> t = pq.read_table(d + "/cc/part.0.parquet")
+        >>> t.column(ID_COLUMN).to_pylist(), t.column(GROUP_FIELD).to_pylist()
+        ([2, 3, 5, 7, 9], [2, 2, 5, 5, 5])
+    """
+    import os
+    import shutil
+    import tempfile
+
+    work = tempfile.mkdtemp(prefix="components-", dir=scratch)
+    try:
+        n = max(int(num_ids), 1)
+        parent = np.memmap(os.path.join(work, "parent"), dtype=np.int64, mode="w+", shape=(n,))
+        present = np.memmap(os.path.join(work, "present"), dtype=bool, mode="w+", shape=(n,))
+        for start in range(0, n, batch_rows):
+            parent[start:start + batch_rows] = np.arange(start, min(n, start + batch_rows))
+        edges = 0
+        for x, y in _edge_batches(edge_paths, storage_options, threshold, batch_rows):
+            if len(x) and max(int(x.max()), int(y.max())) >= n:
+                msg = (f"connected components: an edge names id {max(x.max(), y.max())}, "
+                       f"beyond the {n:,} document ids of phase 1")
+                raise ValueError(msg)
+            present[x] = True
+            present[y] = True
+            edges += len(x)
+            while len(x):
+                rx, ry = _roots(parent, x), _roots(parent, y)
+                apart = rx != ry
+                x, y, rx, ry = x[apart], y[apart], rx[apart], ry[apart]
+                np.minimum.at(parent, np.maximum(rx, ry), np.minimum(rx, ry))
+        vertices = groups = 0
+        fs, root = fsspec.core.url_to_fs(cc_dir, **(storage_options or {}))
+        fs.makedirs(root, exist_ok=True)
+        schema = pa.schema([(ID_COLUMN, pa.int64()), (GROUP_FIELD, pa.int64())])
+
+        def write(f: Any) -> None:
+            nonlocal vertices, groups
+            with pq.ParquetWriter(f, schema) as out:
+                for start in range(0, n, batch_rows):
+                    ids = np.flatnonzero(present[start:start + batch_rows]) + start
+                    if not len(ids):
+                        continue
+                    labels = _roots(parent, ids)
+                    vertices += len(ids)
+                    groups += int(np.count_nonzero(ids == labels))
+                    out.write_table(pa.table({ID_COLUMN: pa.array(ids, pa.int64()),
+                                              GROUP_FIELD: pa.array(labels, pa.int64())},
+                                             schema=schema))
+
+        write_atomic(fs, posixpath.join(root, "part.0.parquet"), write)
+        return {"num_edges": edges, "num_vertices": vertices, "num_groups": groups}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _roots(parent: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The root of each of ``ids``, by following the parents (each is at most its child)."""
+    roots = np.asarray(parent[ids])
+    while True:
+        up = np.asarray(parent[roots])
+        if np.array_equal(up, roots):
+            return roots
+        roots = up
+
+
+def _edge_batches(paths: list[str], storage_options: dict[str, Any] | None,
+                  threshold: float | None, batch_rows: int) -> Any:
+    """The edges of ``paths``, ``batch_rows`` at a time (kept as :func:`read_edges` keeps
+    them)."""
+    columns = [EDGE_X, EDGE_Y] + ([JACCARD_FIELD] if threshold is not None else [])
+    for path in paths:
+        with fsspec.open(path, "rb", **(storage_options or {})) as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows,
+                                                        columns=columns):
+                x = batch.column(EDGE_X).to_numpy()
+                y = batch.column(EDGE_Y).to_numpy()
+                if threshold is not None:
+                    keep = batch.column(JACCARD_FIELD).to_numpy() >= threshold
+                    x, y = x[keep], y[keep]
+                yield x.astype(np.int64, copy=False), y.astype(np.int64, copy=False)
 
 
 class IdsWritten(TypedDict):
@@ -235,6 +342,18 @@ def identify_task(cc_dir: str, ids_dir: str, cc_storage_options: dict[str, Any] 
             "num_groups": int(np.count_nonzero(vertices == groups))}
 
 
+def _scratch() -> str:
+    """The worker's local directory (where the P2P shuffle spills too), else the temp dir."""
+    import tempfile
+
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().local_directory)
+    except (ImportError, ValueError):
+        return tempfile.gettempdir()
+
+
 def _write(table: pa.Table, directory: str, name: str,
            storage_options: dict[str, Any] | None) -> None:
     fs, root = fsspec.core.url_to_fs(directory, **(storage_options or {}))
@@ -243,5 +362,6 @@ def _write(table: pa.Table, directory: str, name: str,
 
 
 __all__ = ["CC_DIR", "DUPLICATE_IDS_DIR", "GROUP_FIELD", "JACCARD_FIELD", "IdsWritten",
-           "components_memory", "components_plan", "components_task", "connected_components",
+           "components_memory", "components_out_of_core", "components_plan", "components_task",
+           "connected_components",
            "identify_task", "read_edges", "unique_sorted", "uses_id_table"]

@@ -221,8 +221,11 @@ class FuzzyRun:
         where, level, line = components_plan(edges, self.phase1.num_documents,
                                              self.client.scheduler_info()["workers"])
         logger.log(level, "%s", line)
+        # no worker has the room: the union-find with its parents in a file instead
+        out_of_core = level >= logging.WARNING
         future = self.client.submit(components_task, paths, wf.cache_dir(CC_DIR),
                                     self.cache_opts, threshold, pure=False,
+                                    num_ids=self.phase1.num_documents, out_of_core=out_of_core,
                                     workers=None if where is None else [where],
                                     allow_other_workers=True)
         return self._one_task(future, "num_edges", int(edges or 0))
