@@ -87,8 +87,13 @@ def _env(tmp_path: Path, cluster: PrivateCluster, **extra: str) -> dict[str, str
     return {**cluster.env, "TEST_RECORDS": str(tmp_path / "records"), **extra}
 
 
+def _log(path: Path) -> str:
+    return path.read_text() if path.exists() else f"no log at {path}"
+
+
 def _tail(path: Path) -> str:
-    return path.read_text()[-4000:] if path.exists() else f"no log at {path}"
+    """The end of a log, for a failure's message; assertions read the whole :func:`_log`."""
+    return _log(path)[-4000:]
 
 
 def _records(tmp_path: Path, kind: str) -> dict[str, dict]:
@@ -176,8 +181,8 @@ def test_two_node_runner_task_drains_on_usr1_and_resumes_exactly(tmp_path, monke
         # it to every rank of the step, on both hosts
         cluster.slurm("scancel", "--batch", "--signal=USR1", first)
         _wait_gone(cluster, first)
-        text = _tail(log)
-        assert "stopped: received SIGUSR1" in text, text
+        text = _log(log)
+        assert "stopped: received SIGUSR1" in text, _tail(log)
         assert _job_field(cluster, first, "ExitCode") == "3:0", text
         done_first = len(_outputs(tmp_path))
         assert 1 <= done_first < files, text
@@ -204,18 +209,19 @@ def test_two_node_runner_task_drains_on_usr1_and_resumes_exactly(tmp_path, monke
         second = submit("second.log", "--resume", "runner-job",
                         DASK_JOBQUEUE__SLURM__INTERFACE="eth0")
         _wait_gone(cluster, second)
-        text = _tail(tmp_path / "logs" / "second.log")
-        assert _job_field(cluster, second, "ExitCode") == "0:0", text
+        log = tmp_path / "logs" / "second.log"
+        text = _log(log)
+        assert _job_field(cluster, second, "ExitCode") == "0:0", _tail(log)
         found = SUMMARY.findall(text)
         assert found and found[-1] == (str(files), str(done_first), str(files - done_first)), \
-            text
+            _tail(log)
         # exactly one manifest, written once, by the driver rank
         manifests = _manifests(checkpoint)
         assert len(manifests) == 1, manifests
         assert json.loads(manifests[0].read_text()) == {
             "minimum_shard_index": 0, "shard_index": 0, "status": "completed",
             "total_shards": 1}
-        assert text.count("Wrote Slurm array completion manifest") == 1, text
+        assert text.count("Wrote Slurm array completion manifest") == 1, _tail(log)
         job_dir = tmp_path / "curator-dask-jobs" / "runner-job"
         assert json.loads((job_dir / "job_summary.json").read_text())["state"] == "completed"
         _assert_exact(tmp_path, checkpoint, files)
