@@ -180,8 +180,42 @@ def start_slurm_runner(spec: ClusterSpec, stack: contextlib.ExitStack) -> Provis
         scheduler_options={"dashboard_address": None, **scheduler_net}))
     os.environ[DRIVER_ENV] = "1"
     client = _closing(stack, Client(runner))
+    stack.callback(close_workers_first, client)  # runs before the client and the runner close
     client.wait_for_workers(runner.n_workers, timeout=300)
     return Provisioned(client, runner, stack, dashboard_on=False)
+
+
+def close_workers_first(client: Any, timeout: float = 30.0) -> int:
+    """Ask every worker to close while the scheduler still runs, and wait (up to ``timeout``
+    seconds) until the scheduler has none; return how many were left.
+
+    The ``slurm-runner`` step ends when the driver terminates the scheduler. Terminated first,
+    the scheduler leaves the worker ranks on the other hosts heartbeating a closed port until
+    its close message reaches them, and each logs distributed's "Failed to communicate with
+    scheduler during heartbeat" with a traceback of 40 lines into the job's log, after a run
+    that succeeded. Closed first, the workers' last heartbeats are answered and each worker
+    leaves on its own; the scheduler then stops with no one left to tell.
+    """
+    import time
+
+    try:
+        client.run_on_scheduler(_close_every_worker)
+        deadline = time.monotonic() + timeout
+        while (left := client.run_on_scheduler(_worker_count)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except Exception as error:  # noqa: BLE001 (the scheduler's own close still ends the step)
+        logger.debug("workers not closed before the scheduler: %s", error)
+        return -1
+    return left
+
+
+def _close_every_worker(dask_scheduler: Any) -> None:
+    for address in list(dask_scheduler.workers):
+        dask_scheduler.close_worker(address)
+
+
+def _worker_count(dask_scheduler: Any) -> int:
+    return len(dask_scheduler.workers)
 
 
 def runner_network_options(environ: dict[str, str] | None = None,
