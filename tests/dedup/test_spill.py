@@ -51,11 +51,13 @@ def corpora(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def tiny_buffers():
     """A cluster whose workers' P2P buffers are 1 KiB: its nannies pass the config they were
     made under to their workers; this process's config stays as it was (the shared cluster,
-    started later, keeps the defaults)."""
+    started later, keeps the defaults). It lives for :class:`TestTinyBuffers` only: the rest
+    of the module runs with the shared cluster alone in the process (a run on the shared
+    cluster once hung in a client's comm while this one idled beside it)."""
     ex = DaskExecutor(n_workers=2, progress=False)
     with dask.config.set({"distributed.p2p.comm.buffer": TINY,
                           "distributed.p2p.storage.buffer": TINY}):
@@ -83,26 +85,27 @@ def _run(kind, corpora, out, executor):
     return ids, totals
 
 
-@pytest.mark.parametrize(("kind", "docs", "row_bytes"), [
-    ("exact", EXACT_DOCS, 24),  # id and the two md5 words, int64 each
-    ("fuzzy", FUZZY_DOCS, 20 * 16)])  # per band: the bucket and the id, 8 bytes each
-def test_shuffle_past_its_memory(kind, docs, row_bytes, corpora, tiny_buffers, executor,
-                                 tmp_path):
-    def buffer():
-        return dask.config.get("distributed.p2p.storage.buffer")
+class TestTinyBuffers:
+    @pytest.mark.parametrize(("kind", "docs", "row_bytes"), [
+        ("exact", EXACT_DOCS, 24),  # id and the two md5 words, int64 each
+        ("fuzzy", FUZZY_DOCS, 20 * 16)])  # per band: the bucket and the id, 8 bytes each
+    def test_shuffle_past_its_memory(self, kind, docs, row_bytes, corpora, tiny_buffers,
+                                     executor, tmp_path):
+        def buffer():
+            return dask.config.get("distributed.p2p.storage.buffer")
 
-    assert set(tiny_buffers.client.run(buffer).values()) == {TINY}
-    assert set(executor.client.run(buffer).values()) == {"100 MiB"}
-    ids, limited = _run(kind, corpora, tmp_path / "tiny", tiny_buffers)
-    reference, free = _run(kind, corpora, tmp_path / "reference", executor)
+        assert set(tiny_buffers.client.run(buffer).values()) == {TINY}
+        assert set(executor.client.run(buffer).values()) == {"100 MiB"}
+        ids, limited = _run(kind, corpora, tmp_path / "tiny", tiny_buffers)
+        reference, free = _run(kind, corpora, tmp_path / "reference", executor)
 
-    assert len(ids) > 0
-    np.testing.assert_array_equal(ids, reference)
-    # the shuffle held at most 1 KiB: it waited on its full buffers and its data went to disk
-    assert limited["p2p_limited_seconds"] > 0
-    assert limited["p2p_disk_bytes"] >= docs * row_bytes
-    assert free["p2p_limited_seconds"] == 0
-    assert free["p2p_disk_bytes"] >= docs * row_bytes
+        assert len(ids) > 0
+        np.testing.assert_array_equal(ids, reference)
+        # the shuffle held at most 1 KiB: it waited on its full buffers and its data went to disk
+        assert limited["p2p_limited_seconds"] > 0
+        assert limited["p2p_disk_bytes"] >= docs * row_bytes
+        assert free["p2p_limited_seconds"] == 0
+        assert free["p2p_disk_bytes"] >= docs * row_bytes
 
 
 def test_components_say_their_memory_first(corpora, executor, tmp_path, caplog):
