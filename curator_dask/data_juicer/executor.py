@@ -22,7 +22,6 @@ Built from Data-Juicer's own config object, ``run()`` as its executors' ``run``.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import shutil
@@ -31,8 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from curator_dask.data_juicer import io as dj_io
 from curator_dask.data_juicer.job_folder import DJJobFolder, partition_metadata
 from curator_dask.data_juicer.ops import (
@@ -40,11 +37,17 @@ from curator_dask.data_juicer.ops import (
     built_op,
     op_kind,
     op_name,
-    rows_of,
-    run_per_row,
 )
 from curator_dask.data_juicer.partitions import balanced_bounds, partition_count
 from curator_dask.data_juicer.recipe import RecipeError
+from curator_dask.data_juicer.tasks import (
+    ExportSpec,
+    Source,
+    count_file,
+    export_file,
+    partition_hashes,
+    run_segment,
+)
 from curator_dask.errors import CuratorDaskError, RunStopped
 from curator_dask.jobs.index import record_job
 
@@ -79,130 +82,6 @@ class DataJuicerRunResult:
     resumed_partitions: dict[int, int] = field(default_factory=dict)
     fast_ops: list[str] = field(default_factory=list)
 
-
-# ---- worker tasks (module level: they travel by reference) ---------------------------------
-# A partition travels between tasks as a file, never as a table the driver or the cluster
-# keeps: its input pieces, a checkpoint, or a stage file of the job's work folder. So a
-# worker holds the partitions it is running, whatever the size of the corpus.
-
-Source = tuple[str, Any]  # ("pieces", [(path, start, end), ...]) or ("file", parquet path)
-
-
-def _count_file(path: str, text_keys: list[str]) -> tuple[int, int]:
-    table = dj_io.read_file(path, text_keys)
-    return table.num_rows, table.nbytes
-
-
-def _load(source: Source, text_keys: list[str]) -> pa.Table:
-    kind, value = source
-    if kind == "file":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(value)
-    tables = [dj_io.read_file(path, text_keys).slice(start, end - start)
-              for path, start, end in value]
-    if len(tables) == 1:
-        return tables[0]
-    return pa.concat_tables(tables, promote_options="default")
-
-
-def _partition_hashes(source: Source, text_keys: list[str]) -> dict[str, Any]:
-    from curator_dask.data_juicer.job_folder import table_hashes
-
-    return dict(table_hashes(_load(source, text_keys)))
-
-
-def _write_file(table: pa.Table, path: str) -> None:
-    import pyarrow.parquet as pq
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)  # a checkpoint or stage file is whole or absent
-
-
-@dataclass(frozen=True)
-class ExportSpec:
-    """Where a partition's rows go at the end: its part file (and stats part)."""
-
-    path: str
-    stats_path: str
-    suffix: str
-    keep_stats: bool
-    keep_hashes: bool
-
-
-@dataclass
-class SegmentResult:
-    """What a segment task sends back: counts only (a few numbers an operator)."""
-
-    counts: list[tuple[int, int, int, float]]
-    rows: int
-    exported: tuple[int, int, int, bool] | None = None  # rows, bytes, arrow bytes, has stats
-
-
-def _run_segment(source: Source, text_keys: list[str], entries: list[tuple[int, dict[str, Any]]],
-                 checkpoints: dict[int, str], fast: bool, out: str | None,
-                 export: ExportSpec | None) -> SegmentResult:
-    """Consecutive Mappers and Filters over one partition in one task: the columns go from
-    one operator to the next without materialising, and become a table again where a
-    checkpoint is asked for and at the end, written to ``out`` (a later stage reads it) or
-    exported as the partition's part of the result.
-
-    The cyclic garbage collector stays off while the operators run: their per-word lists are
-    freed by reference counting, and each full collection would otherwise walk every object
-    of the worker (its Dask state, Data-Juicer's modules) again: on the benchmark's corpus the
-    operators took 94 s with it off, 119 s in the run before (bench_data_juicer.py). What the
-    worker held before is frozen first."""
-    table = _load(source, text_keys)
-    cols, json_cols = dj_io.columns_of(table)
-    gc.freeze()
-    gc.disable()
-    try:
-        return _run_ops(table, cols, json_cols, entries, checkpoints, fast, out, export)
-    finally:
-        gc.enable()
-
-
-def _run_ops(table: pa.Table, cols: dict[str, list[Any]], json_cols: set[str],
-             entries: list[tuple[int, dict[str, Any]]], checkpoints: dict[int, str],
-             fast: bool, out: str | None, export: ExportSpec | None) -> SegmentResult:
-    from curator_dask.data_juicer.fast_ops import fast_equivalent
-
-    counts = []
-    for index, entry in entries:
-        op = built_op(entry)
-        equivalent = fast_equivalent(op) if fast else None
-        before = rows_of(cols)
-        start = time.perf_counter()
-        cols = run_per_row(op, cols, equivalent, json_cols)
-        counts.append((index, before, rows_of(cols), time.perf_counter() - start))
-        if index in checkpoints:
-            _write_file(dj_io.table_of(cols, json_cols), checkpoints[index])
-    if entries:
-        table = dj_io.table_of(cols, json_cols)
-    if out is not None and out not in checkpoints.values():
-        _write_file(table, out)
-    exported = _export_part(table, export) if export is not None else None
-    return SegmentResult(counts, table.num_rows, exported)
-
-
-def _export_part(table: pa.Table, spec: ExportSpec) -> tuple[int, int, int, bool]:
-    stats = [c for c in (dj_io.STATS, dj_io.META) if c in table.column_names]
-    if stats:
-        dj_io.write_part(table.select(stats), spec.stats_path, "jsonl")
-    result = dj_io.export_columns(table, spec.keep_stats, spec.keep_hashes)
-    return (result.num_rows, dj_io.write_part(result, spec.path, spec.suffix), result.nbytes,
-            bool(stats))
-
-
-def _export_file(source: Source, text_keys: list[str], spec: ExportSpec
-                 ) -> SegmentResult:
-    table = _load(source, text_keys)
-    return SegmentResult([], table.num_rows, _export_part(table, spec))
-
-
-# ---- the executor ------------------------------------------------------------------------
 
 class DataJuicerDaskExecutor:
     """Runs a Data-Juicer recipe on Dask: Data-Juicer's executor interface (built from its
@@ -300,7 +179,7 @@ class DataJuicerDaskExecutor:
         client = self._client()
         previous = self._install_stop()
         try:
-            counts = client.gather(client.map(_count_file, files, text_keys=self.text_keys,
+            counts = client.gather(client.map(count_file, files, text_keys=self.text_keys,
                                               pure=False))
             total = sum(c[0] for c in counts)
             n_parts = partition_count(self.cfg.get("partition"), total,
@@ -315,7 +194,7 @@ class DataJuicerDaskExecutor:
             bounds = balanced_bounds(total, n_parts)
             inputs: list[Source] = [("pieces", p)
                                     for p in _pieces(files, [c[0] for c in counts], bounds)]
-            hashes = self._map(client, _partition_hashes, inputs, self.text_keys)
+            hashes = self._map(client, partition_hashes, inputs, self.text_keys)
             latest = self.folder.latest_checkpoints() if resumed else {}
             latest = {p: i for p, i in latest.items() if p < n_parts and i < len(self.process)}
             if resumed:
@@ -350,7 +229,7 @@ class DataJuicerDaskExecutor:
                                specs[p] if last else None)
                     for i, _ in todo:
                         self.folder.op_start(p, op_name(self.process[i]), i)
-                for p, result in self._bounded(client, _run_segment, jobs):
+                for p, result in self._bounded(client, run_segment, jobs):
                     self._record(p, result.counts, checkpoints)
                     if not last:
                         state[p] = ("file", self._stage_path(indices[-1], p, checkpoints))
@@ -358,7 +237,7 @@ class DataJuicerDaskExecutor:
                     exported[p] = result.exported
             rest = {p: (state[p], self.text_keys, specs[p])
                     for p in range(n_parts) if exported[p] is None}
-            for p, result in self._bounded(client, _export_file, rest):
+            for p, result in self._bounded(client, export_file, rest):
                 exported[p] = result.exported
             result = self._join(specs, [e for e in exported if e is not None], total, n_parts,
                                 latest)
@@ -464,7 +343,7 @@ class DataJuicerDaskExecutor:
                 sources.append(state[p][1])
             else:  # the recipe starts with a deduplicator: the input as a stage file
                 path = self._stage_path(index - 1, p, set())
-                client.submit(_run_segment, state[p], self.text_keys, [], {}, False, path,
+                client.submit(run_segment, state[p], self.text_keys, [], {}, False, path,
                               None, pure=False).result()
                 sources.append(path)
         name = op_name(self.process[index])
