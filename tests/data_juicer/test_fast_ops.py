@@ -45,8 +45,7 @@ from data_juicer.ops import load_ops
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from curator_dask.data_juicer import fast_ops
-from curator_dask.data_juicer.fast_ops import FAST_OPS, fast_equivalent
+from curator_dask.data_juicer.fast_ops import FAST_OPS, fast_equivalent, filters
 from tests.data_juicer.corpus import build_corpus, read_texts
 
 STATS = "__dj__stats__"
@@ -287,7 +286,7 @@ def test_filter_stats_already_present_are_kept() -> None:
 
 
 def test_alnum_table_is_str_isalnum() -> None:
-    table = fast_ops._ALNUM.upto(0x10FFFF)
+    table = filters._ALNUM.upto(0x10FFFF)
     want = np.fromiter((chr(c).isalnum() for c in range(0x110000)), dtype=bool, count=0x110000)
     assert np.array_equal(table, want)
 
@@ -308,7 +307,7 @@ def test_ngram_counts_every_packing(alphabet: str, n: int) -> None:
     picks = rng.integers(0, len(alphabet), 3000)
     # repeats, so that counts above 1 occur
     text = "".join(alphabet[i] for i in picks) * 2 + alphabet
-    counts = fast_ops._ngram_counts(text, n)
+    counts = filters._ngram_counts(text, n)
     want = sorted(Counter(text[i : i + n] for i in range(len(text) - n + 1)).values())
     if counts is None:  # more than two numbers per n-gram: counted in Python
         assert len(set(alphabet)) ** (n - 1) >= 1 << 64
