@@ -304,7 +304,7 @@ def open_job(workflow: str, parameters: dict[str, Any], *, work_dir: str | None,
     from curator_dask.jobs.run import JobRun
 
     return JobRun([], work_dir=work_dir or config.get("jobs.work-dir"), job_id=job_id,
-                  checkpoint_path=checkpoint_path,
+                  checkpoint_path=checkpoint_path, checkpointed=False,
                   settings={"workflow": workflow, "parameters": parameters})
 
 

@@ -90,6 +90,7 @@ class JobRun(RunObserver):
         command: str | None = None,
         heartbeat: float = 5.0,
         settings: dict[str, Any] | None = None,
+        checkpointed: bool = True,
     ) -> None:
         if job_id is not None and resume is not None and job_id != resume:
             msg = f"--job-id {job_id!r} and --resume {resume!r} disagree; give one of them"
@@ -99,7 +100,11 @@ class JobRun(RunObserver):
         self.directory = JobDirectory(work_dir, self.job_id)
         if checkpoint_path is None and self.resumed:
             checkpoint_path = self.directory.recorded_checkpoint()  # the job's own, if it had one
-        self.checkpoint_path = checkpoint_path or os.path.join(self.directory.path, "checkpoint")
+        # A pipeline's job always checkpoints (in its own folder unless told where); a job
+        # whose work keeps its own records (a dedup workflow's phases) names a checkpoint only
+        # when it was given one, so its summary never points at a folder that is never made.
+        self.checkpoint_path: str | None = checkpoint_path or (
+            os.path.join(self.directory.path, "checkpoint") if checkpointed else None)
         self.stages = list(stages)
         self.settings = dict(settings or {})
         # The secret values the configuration holds: what it writes is redacted by name, and

@@ -137,3 +137,11 @@ def test_status_shows_the_phase_running(tmp_path):
     done = str(status("running-phase", work_dir=str(work_dir)))
     assert "phase jaccard: completed, 1,000/1,000 pairs (100%)" in done
     assert "completed" in done.splitlines()[0]
+    # a workflow given no checkpoint_path names none (its phases keep their own records)
+    from curator_dask.jobs.summary import read_summary
+
+    job_dir = work_dir / "running-phase"
+    assert read_summary(str(job_dir / "job_summary.json"))["checkpoint"] is None
+    assert not (job_dir / "checkpoint").exists()
+    start = [e for e in read_job_events(str(job_dir)) if e["type"] == "job_start"]
+    assert [e["checkpoint"] for e in start] == [None]
