@@ -20,6 +20,17 @@ table) the writer keeps its file on local disk and *publishes* a compact snapsho
 path every ``publish_interval`` seconds while dirty and at close, by one upload (object stores)
 or a temp file + rename (network file systems). Completions newer than the last snapshot are
 lost if the process dies: that is the durability window, and those sources are replayed.
+
+The writer's memory stays flat however many ids its file holds. An LMDB environment maps the
+whole file, and every page a transaction walks stays in the process's RSS until the
+environment is closed (py-lmdb has no call to unmap them); without a write map, LMDB also
+keeps each transaction's dirty-page buffers for reuse until then. Source ids are hashes, so a
+commit of a few thousand of them walks most leaf pages of the file: at 10^6 ids the whole
+file (about 60 MiB) was resident in the driver (the embedded scheduler runs the plugin) and
+each commit mapped it again. So a store commits at most ``KEYS_PER_COMMIT`` keys a
+transaction and closes and reopens its environment after each one, with the same flags:
+at most one commit's pages are mapped at a time (``benchmarks/RESULTS.md``, "scale-memory
+with file groups and a checkpoint").
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ logger = logging.getLogger(__name__)
 STAGING_PREFIX = "curator-dask-ckpt-"  # a staged writer file's local folder
 UNION_PREFIX = "curator-dask-union-"  # other writers' files, downloaded to be read
 PARALLEL_READ_FILES = 16  # from this many other writer files on, two reader processes
+KEYS_PER_COMMIT = 1000  # keys a transaction at most (module docstring: flat memory)
 
 NETWORK_FS_TYPES = frozenset({
     "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "cephfs", "ceph",
@@ -275,7 +287,7 @@ class CompletionStore:
     # -- reading ----------------------------------------------------------------------------
     def own_completed(self) -> CompletedSet:
         """The ids in this writer's own file (read here: it was checked before it was opened)."""
-        with self._opened().begin() as txn, txn.cursor(db=self.db) as cur:
+        with self._lock, self._opened().begin() as txn, txn.cursor(db=self.db) as cur:
             return unpacked(pack_keys(list(cur.iternext(keys=True, values=False))))
 
     def writer_files(self) -> list[str]:
@@ -309,20 +321,34 @@ class CompletionStore:
 
     # -- writing ----------------------------------------------------------------------------
     def update(self, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
-        """Forget ``remove`` and record ``add`` in one transaction (sorted keys write fastest).
+        """Forget ``remove``, then record ``add`` (sorted: sorted keys write fastest), in
+        transactions of at most ``KEYS_PER_COMMIT`` keys, the file unmapped after each one
+        (module docstring). Each id is recorded or forgotten on its own, so a crash between
+        two transactions loses no more than a crash before the first: the ids not committed
+        stay pending and their sources run again.
 
         Only this writer's own file changes; other writers' files are never touched.
         """
-        puts = sorted({sid.encode() for sid in add})
-        deletes = [sid.encode() for sid in remove]
-        if not puts and not deletes:
-            return
-        with self._lock, self._opened().begin(write=True, db=self.db) as txn:
-            for key in deletes:
-                txn.delete(key, db=self.db)
-            for key in puts:
-                txn.put(key, b"1", db=self.db, overwrite=True)
-            self._dirty = True
+        keys = ([(sid.encode(), False) for sid in remove]
+                + [(key, True) for key in sorted({sid.encode() for sid in add})])
+        for start in range(0, len(keys), KEYS_PER_COMMIT):
+            with self._lock:
+                with self._opened().begin(write=True, db=self.db) as txn:
+                    for key, put in keys[start:start + KEYS_PER_COMMIT]:
+                        if put:
+                            txn.put(key, b"1", db=self.db, overwrite=True)
+                        else:
+                            txn.delete(key, db=self.db)
+                    self._dirty = True
+                self._unmap()
+
+    def _unmap(self) -> None:
+        """Close the environment and open it again with the same flags: the pages the last
+        transaction mapped leave the process's RSS (called with ``_lock`` held)."""
+        env, self.env = self._opened(), None
+        env.close()
+        self.env = open_writer_env(self.local_path)
+        self.db = self.env.open_db(DB_NAME)
 
     def add(self, source_ids: Iterable[str]) -> None:
         """Record completed sources."""
@@ -368,7 +394,7 @@ class CompletionStore:
         return self.publish()
 
     def _is_empty(self) -> bool:
-        with self._opened().begin() as txn:
+        with self._lock, self._opened().begin() as txn:
             return txn.stat(self.db)["entries"] == 0
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from curator_dask.resumability.safe_read import SafeReader
 from curator_dask.resumability.store import (
+    KEYS_PER_COMMIT,
     METADATA_DIRNAME,
     CompletionStore,
     default_writer_id,
@@ -56,6 +57,19 @@ def union_of(ckpt: Path | str, writer_id: str = "reader", **kwargs: object) -> s
         return store.load_union()
     finally:
         store.close()
+
+
+def _mapped_rss(path: str) -> int:
+    """Bytes of ``path``'s mappings resident in this process (Linux's ``/proc/self/smaps``)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                inside = fields[-1] == path
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
 
 
 def skip_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -153,6 +167,47 @@ class TestWriteRead:
         store.close()
         store.close()  # idempotent
         assert read_completed(str(meta(tmp_path) / "w.mdb")) == {"b", "ü"}
+
+    def test_updates_past_one_commit(self, tmp_path: Path) -> None:
+        """More ids than one transaction takes (``KEYS_PER_COMMIT``): every one recorded, the
+        removals of an update before its additions, as in one transaction (the three ids in
+        both are recorded)."""
+        ids = [f"{i:012x}" for i in range(2 * KEYS_PER_COMMIT + 7)]
+        store = CompletionStore(str(tmp_path), writer_id="w")
+        store.update(add=ids[:KEYS_PER_COMMIT + 3])
+        assert store.own_completed() == set(ids[:KEYS_PER_COMMIT + 3])
+        store.update(add=ids[KEYS_PER_COMMIT:], remove=ids[:KEYS_PER_COMMIT + 3])
+        assert store.own_completed() == set(ids[KEYS_PER_COMMIT:])
+        store.close()
+        assert read_completed(str(meta(tmp_path) / "w.mdb")) == set(ids[KEYS_PER_COMMIT:])
+
+    @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux's smaps")
+    def test_the_file_is_not_left_mapped(self, tmp_path: Path) -> None:
+        """After an update the writer file's pages are no longer in the process's RSS
+        (module docstring of store.py: flat memory): 200,000 hash-like ids make a file of
+        megabytes, every page of which a single environment kept resident."""
+        import hashlib
+
+        ids = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in range(200_000)]
+        store = CompletionStore(str(tmp_path), writer_id="w")
+        path = str(meta(tmp_path) / "w.mdb")
+        try:
+            for start in range(0, len(ids), 20_000):
+                store.update(add=ids[start:start + 20_000])
+            size = os.path.getsize(path)
+            assert size > 4 * 2**20
+            assert _mapped_rss(path) <= 64 * 1024, (_mapped_rss(path), size)
+        finally:
+            store.close()
+        # what the unmapping prevents: an environment that walked the file keeps it resident
+        env = open_writer_env(path)
+        try:
+            db = env.open_db(b"completed_sources")
+            with env.begin(db=db) as txn:
+                assert sum(1 for _ in txn.cursor()) == len(ids)
+            assert _mapped_rss(path) > size // 2
+        finally:
+            env.close()
 
     def test_values_are_b1(self, tmp_path: Path) -> None:
         complete(tmp_path, "w", ["x", "y"])
