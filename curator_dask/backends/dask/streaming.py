@@ -26,6 +26,7 @@ from typing import Any
 from curator_dask import config as _config
 from curator_dask.backends.dask.adapter import failed_among, source_files
 from curator_dask.backends.dask.driver_gc import Freezer, frozen_heap
+from curator_dask.backends.dask.heap_trim import HeapTrimmer
 from curator_dask.backends.dask.start_gate import NotStarted, close_gate, finished_result, run_gated
 from curator_dask.backends.dask.stop import StopSignal
 from curator_dask.backends.dask.watches import SchedulerWatch, WorkerWatch, completed
@@ -182,6 +183,7 @@ class SourceStream:
         self.bars: Any = _NoBars()
         self._ended = False
         self._freezer: Any = Freezer(False)
+        self._trimmer = HeapTrimmer()  # the driver's freed memory back to the system
         self.scheduler = SchedulerWatch(client, float(
             _config.get("cluster.scheduler-lost-grace", settings.scheduler_lost_grace)))
         self.stall = StallWatch(  # the embedded cluster's nannies restart lost workers
@@ -332,6 +334,7 @@ class SourceStream:
         self.sizer.observe(len(ids), result.seconds)
         self.bars.advance(self.plan.groups[-1], len(ids))
         self.finished += len(ids)
+        self._trimmer.finished(len(ids))
         self.sink.finished(ids, result)
         self._fill()
 
