@@ -297,7 +297,8 @@ class ExactDeduplicationWorkflow(WorkflowBase):
             nparts=nparts, storage_options=self._write_storage(),
             write_kwargs=dict(self.write_kwargs or {}),
             marker=(None if self.checkpoint_path is None
-                    else posixpath.join(cache, "ExactDuplicateIds.committed.json")))
+                    else posixpath.join(cache, "ExactDuplicateIds.committed.json")),
+            rows=phase1.num_documents)
         fingerprint = {"groups": groups_fingerprint(groups), "text_field": self.text_field,
                        "normalize_text": bool(self.normalize_text), "assign_id": self.assign_id}
         if groups:

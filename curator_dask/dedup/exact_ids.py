@@ -9,7 +9,12 @@ faster than NeMo's 32-character hex strings, and the cache is not a NeMo format.
 Phase 2 (:func:`write_duplicate_ids`) shuffles ``(id, hash)`` rows by ``_md5_hi`` with Dask's
 P2P shuffle (which spills to disk) into ``total_nparts`` partitions, keeps the smallest id of
 each hash (both words equal) and writes the others, sorted, to
-``ExactDuplicateIds/part.<i>.parquet``: one file per partition, empty ones included, the id
+``ExactDuplicateIds/part.<i>.parquet``. Rows that fit in the workers' memory
+(``dedup.exact-in-memory-fraction`` of their limits, :func:`grouping_plan`) skip the P2P
+shuffle, whose fixed costs dominated below tens of millions of documents: each row's part is
+``_md5_hi mod total_nparts``, Dask's task shuffle (in memory) puts the rows of each part into
+one of as many partitions as the workers have threads, and each of those writes its parts.
+Either way: one file per part, empty ones included, the id
 column named as NeMo names it (the ``id_field``; ``_curator_dedup_id`` for assigned ids). The
 phase commits last, by the deduplication phases' rule (``dedup/commits.py``): with a
 checkpoint, its record (``<cache>/ExactDuplicateIds.committed.json``) holds its key (a digest
@@ -33,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curator_dask import config as _config
 from curator_dask.dedup.commits import PhaseRecord, parameters_key, run_phase
 from curator_dask.dedup.phases import ID_COLUMN
 from curator_dask.dedup.progress import compute_partitions
@@ -90,6 +96,7 @@ class DuplicateIdsPlan:
     storage_options: dict[str, Any] = field(default_factory=dict)
     write_kwargs: dict[str, Any] = field(default_factory=dict)
     marker: str | None = None
+    rows: int | None = None  # the documents phase 1 hashed (None: not known, P2P)
 
 
 @dataclass(frozen=True)
@@ -183,14 +190,87 @@ def _write_parts(client: Any, frame: Any, plan: DuplicateIdsPlan,
     writer = _PartWriter(out_dir=plan.out_dir, id_name=plan.id_name, id_type=id_type,
                          storage_options=plan.storage_options,
                          write_kwargs=dict(plan.write_kwargs))
-    shuffled = frame[[ID_COLUMN, *HASH_FIELDS]].shuffle(
-        on=HASH_FIELDS[0], npartitions=plan.nparts, shuffle_method="p2p")
-    stats = shuffled.map_partitions(writer, partition_info=True, meta=_STATS_META)
+    rows = frame[[ID_COLUMN, *HASH_FIELDS]]
+    in_memory = grouping_plan(client, plan, id_type)
+    logger.info("exact dedup: grouping %s documents' hashes into %d parts %s",
+                "the" if plan.rows is None else f"{plan.rows:,}", plan.nparts,
+                "with Dask's P2P shuffle" if in_memory is None else
+                f"in memory (Dask's task shuffle into {in_memory} partitions)")
+    if in_memory is None:
+        shuffled = rows.shuffle(on=HASH_FIELDS[0], npartitions=plan.nparts,
+                                shuffle_method="p2p")
+        stats = shuffled.map_partitions(writer, partition_info=True, meta=_STATS_META)
+    else:
+        nparts = plan.nparts
+        keyed = rows.map_partitions(_with_part, nparts,
+                                    meta=private_api.dataframe_meta(rows).assign(
+                                        **{_PART: pd.Series([], dtype="int64")}))
+        shuffled = keyed.shuffle(on=_PART, npartitions=in_memory, shuffle_method="tasks")
+        stats = shuffled.map_partitions(_PartsWriter(writer), meta=_STATS_META)
     table = compute_partitions(  # a part's documents: its groups and the ids it removes
         client, stats, progress,
         lambda part: int(part["num_groups"].sum() + part["num_removal_ids"].sum()))
-    parts = sorted(table.to_dict("records"), key=lambda p: p["partition_index"])
+    written = table.to_dict("records")
+    if in_memory is not None:  # the parts no row fell into, written empty
+        have = {int(p["partition_index"]) for p in written}
+        empty = private_api.dataframe_meta(rows)
+        written += [writer(empty, {"number": i}).to_dict("records")[0]
+                    for i in range(plan.nparts) if i not in have]
+    parts = sorted(written, key=lambda p: p["partition_index"])
     return [{k: (int(v) if k != "path" else str(v)) for k, v in p.items()} for p in parts]
+
+
+_PART = "_part"  # a row's part in the in-memory grouping: _md5_hi mod total_nparts
+
+
+def grouping_plan(client: Any, plan: DuplicateIdsPlan, id_type: pa.DataType) -> int | None:
+    """How phase 2 groups: ``None`` for Dask's P2P shuffle into ``plan.nparts`` partitions, or
+    the partitions of the in-memory task shuffle (the workers' threads) when ``plan.rows``
+    rows of id, hash words and part take at most ``dedup.exact-in-memory-fraction`` of the
+    workers' memory limits together (a worker without a limit counts its machine's memory).
+
+    Example:
+        >>> grouping_plan(None, DuplicateIdsPlan("out", "id", 4, rows=None), pa.int64()) is None
+        True
+    """
+    fraction = float(_config.get("dedup.exact-in-memory-fraction") or 0)
+    if not plan.rows or fraction <= 0:
+        return None
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    limit = sum(int(w.get("memory_limit") or _machine_memory()) for w in workers)
+    row_bytes = 8 * (len(HASH_FIELDS) + 1) + (id_type.byte_width if pa.types.is_integer(
+        id_type) else 64)  # an own id of another type: a guess of its size
+    if not workers or plan.rows * row_bytes > fraction * limit:
+        return None
+    return max(1, sum(int(w.get("nthreads") or 1) for w in workers))
+
+
+def _machine_memory() -> int:
+    from distributed.system import MEMORY_LIMIT
+
+    return int(MEMORY_LIMIT)
+
+
+def _with_part(frame: pd.DataFrame, nparts: int) -> pd.DataFrame:
+    """``frame`` with each row's part (:data:`_PART`): its ``_md5_hi`` mod ``nparts``."""
+    hi = frame[HASH_FIELDS[0]].to_numpy().view(np.uint64)
+    return frame.assign(**{_PART: (hi % np.uint64(nparts)).astype(np.int64)})
+
+
+@dataclass(frozen=True)
+class _PartsWriter:
+    """Writes every part present in one partition of the in-memory grouping: the rows of a
+    part are all in one partition (the task shuffle keyed on :data:`_PART`)."""
+
+    writer: _PartWriter
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        if frame.empty:
+            return _STATS_META.copy()
+        rows = frame.drop(columns=[_PART])
+        return pd.concat([self.writer(rows.iloc[index], {"number": int(number)})
+                          for number, index in rows.groupby(frame[_PART]).indices.items()],
+                         ignore_index=True)
 
 
 @dataclass(frozen=True)
@@ -208,8 +288,11 @@ class _PartWriter:
         number = int((partition_info or {}).get("number", 0))
         hi, lo = (part[f].to_numpy() for f in HASH_FIELDS)
         own = part[ID_COLUMN].to_numpy()
-        # by hash, then id: the first row of each hash is its smallest id, the one kept
-        order = np.lexsort((np.argsort(np.argsort(own, kind="stable"), kind="stable"), lo, hi))
+        # by hash, then id: the first row of each hash is its smallest id, the one kept (ids
+        # that are not numbers sort by their rank)
+        rank = own if own.dtype.kind in "iu" else np.argsort(np.argsort(own, kind="stable"),
+                                                             kind="stable")
+        order = np.lexsort((rank, lo, hi))
         hi, lo = hi[order], lo[order]
         duplicate = np.zeros(len(order), dtype=bool)
         duplicate[1:] = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])

@@ -145,6 +145,43 @@ def test_own_ids_without_normalisation(executor, corpus, tmp_path):
     assert len(kept) > len({r["key"] for r in rows})
 
 
+@pytest.mark.parametrize("own_ids", [False, True])
+def test_ids_grouped_in_memory_equal_the_p2p_shuffles(executor, corpus, tmp_path, caplog,
+                                                      own_ids):
+    """The hashes of a corpus that fits in the workers' memory are grouped with Dask's task
+    shuffle in memory; the same ids are removed as with the P2P shuffle, in the same number
+    of parts, each sorted, those that no document fell into written empty (more parts than
+    documents)."""
+    import logging
+
+    import dask
+
+    rows = read_corpus(corpus)
+    nparts = len(rows) + 3
+    ids = {"assign_id": False, "id_field": "id"} if own_ids else {}
+    column = "id" if own_ids else ID
+    found = {}
+    for fraction in (0.15, 0):
+        out = tmp_path / f"out-{fraction}"
+        with dask.config.set({"curator-dask.dedup.exact-in-memory-fraction": fraction}), \
+                caplog.at_level(logging.INFO, logger="curator_dask.dedup.exact_ids"):
+            caplog.clear()
+            ExactDeduplicationWorkflow(
+                output_path=str(out), input_path=str(corpus), input_filetype="jsonl",
+                input_blocksize=BLOCKSIZE, total_nparts=nparts, **ids).run(executor=executor)
+        said = [r.getMessage() for r in caplog.records if "grouping" in r.getMessage()]
+        assert len(said) == 1 and ("in memory" in said[0]) == (fraction > 0), said
+        parts = parts_of(out / "ExactDuplicateIds")
+        assert sorted(parts) == sorted(f"part.{i}.parquet" for i in range(nparts))
+        assert all(list(p.columns) == [column] for p in parts.values())
+        assert all(list(p[column]) == sorted(p[column]) for p in parts.values())
+        assert sum(p.empty for p in parts.values()) >= 3
+        found[fraction] = sorted(v for p in parts.values() for v in p[column])
+    assert found[0.15] == found[0] and found[0]
+    if own_ids:
+        assert set(found[0]) == expected_removals(rows, "raw", lambda r: r["id"])[0]
+
+
 def test_initial_tasks_nemos_or_ours_in_any_order(executor, corpus, tmp_path):
     from nemo_curator.tasks import FileGroupTask as NemoFileGroupTask
 
