@@ -36,8 +36,9 @@ cluster of s documents, s - 1 removals are right). Run from the repository root:
   recall >= 0.95 and precision >= 0.98, neither below datatrove's.
 - exact: ``curator_dask.dedup.ExactDeduplicationWorkflow`` (md5, ids assigned) on a
   2-worker DaskExecutor vs one process of pandas doing the same end to end: read the files
-  (pyarrow), md5 of each text (hashlib), group, write the ids to remove (all but the
-  smallest id of each group) to Parquet. The corpus's clusters are exact copies
+  (pyarrow) one at a time, md5 of each text (hashlib), keeping each document's id and digest
+  only (since 2026-12-06; the rows before held every text at once), group, write the ids to
+  remove (all but the smallest id of each group) to Parquet. The corpus's clusters are exact copies
   (``similarity=1.0``), documents of ``--words`` (default 100-300) words. Printed for
   curator_dask: each worker's peak RSS and the bytes it wrote to disk (P2P shuffle files and
   memory spill). Target: curator_dask <= 0.7 x the pandas time at 1,000,000 documents.
@@ -52,9 +53,12 @@ cluster of s documents, s - 1 removals are right). Run from the repository root:
   driver's peak RSS (``VmHWM``, reset at each phase's end) and the bytes the P2P shuffle and
   the memory spill wrote to disk (the workers' own counters, ``curator_dask.dedup.meter``).
   Target: (t_big / t_small) / (docs_big / docs_small) <= 1.3, on the workflow's time. Each
-  run's outputs are removed after it (``--keep-outputs`` keeps them):
+  run's outputs are removed after it (``--keep-outputs`` keeps them). ``--workflows exact
+  pandas`` also runs the exact side's single-process pandas peer on the same corpus and prints
+  the ratio of the two wall times (target: exact <= 0.7 x pandas at 10,000,000 documents):
 
       python benchmarks/bench_dedup.py scale --docs 1000000 10000000
+      python benchmarks/bench_dedup.py scale --docs 1000000 10000000 --workflows exact pandas
 
 Each run appends one row to benchmarks/RESULTS.md (``--no-record`` to skip).
 """
@@ -518,8 +522,30 @@ def scale_side(args: argparse.Namespace, kind: str, root: str, truth: dict) -> d
     return result
 
 
+def scale_pandas(args: argparse.Namespace, root: str, truth: dict) -> dict:
+    """The single-process pandas md5 group-by (``_dedup_runners.run_pandas``, file by file) on
+    the scale corpus, scored as the exact workflow is."""
+    side = {"src": os.path.join(root, "input"), "format": "jsonl",
+            "work": os.path.join(root, "runs", "pandas")}
+    result = run_side("pandas", side, args.timeout)
+    result["side"] = "pandas"
+    if not result["failed"] and not result["timed_out"]:
+        result["score"] = scale_score(truth, "exact", result["removed"])
+    if not args.keep_outputs and not result["failed"]:
+        shutil.rmtree(side["work"], ignore_errors=True)
+    return result
+
+
 def show_scale(args: argparse.Namespace, docs: int, kind: str, r: dict) -> None:
     head = f"{kind:>6} {docs:>12,} docs:"
+    if kind == "pandas" and not r["failed"] and not r["timed_out"]:
+        s = r["score"]
+        print(f"{head} {r['wall']:.1f} s in one process ("
+              + ", ".join(f"{k} {v:.1f} s" for k, v in r["phases"].items())
+              + f"), precision {s.precision:.4f}, recall {s.recall:.4f} (removed "
+              f"{s.removed:,} of {s.expected:,} expected); peak RSS {mib(r['tree'])} MiB",
+              flush=True)
+        return
     if r["failed"]:
         print(f"{head} FAILED, {r['failed']}", flush=True)
         return
@@ -558,11 +584,18 @@ def scale(args: argparse.Namespace) -> None:
     for docs in sizes:
         root, truth = scale_corpus(args, docs)
         for kind in args.workflows:
-            results[docs, kind] = scale_side(args, kind, root, truth)
+            results[docs, kind] = (scale_pandas(args, root, truth) if kind == "pandas"
+                                   else scale_side(args, kind, root, truth))
             show_scale(args, docs, kind, results[docs, kind])
+        exact, pandas = results.get((docs, "exact")), results.get((docs, "pandas"))
+        if exact and pandas and not any(r["failed"] or r["timed_out"] for r in (exact, pandas)):
+            ratio = exact["wall"] / pandas["wall"]
+            print(f"target: exact / pandas at {docs:,} documents, wall {exact['wall']:.1f} / "
+                  f"{pandas['wall']:.1f} s = {ratio:.3f} <= 0.7: "
+                  f"{'met' if ratio <= 0.7 else 'missed'}", flush=True)
     if len(sizes) > 1:
         for kind in args.workflows:
-            g_run = growth(results, kind, sizes, "run_s")
+            g_run = growth(results, kind, sizes, "wall" if kind == "pandas" else "run_s")
             g_wall = growth(results, kind, sizes, "wall")
             if g_run is None:
                 print(f"target: {kind} time growth {min(sizes):,} -> {max(sizes):,}: not "
@@ -591,6 +624,12 @@ def record_scale(args: argparse.Namespace, sizes: list[int], results: dict) -> N
     for (docs, kind), r in results.items():
         if r["failed"] or r["timed_out"]:
             cells = ["FAILED" if r["failed"] else f"> {r['wall']:.0f} s"] + ["-"] * 5
+        elif kind == "pandas":
+            s = r["score"]
+            cells = [f"{r['wall']:.1f} s (one process: " + ", ".join(
+                         f"{k} {v:.1f} s" for k, v in r["phases"].items()) + ")",
+                     f"P {s.precision:.4f} R {s.recall:.4f}", f"process {mib(r['tree'])}",
+                     "-", "-"]
         else:
             s, phases = r["score"], r["per_phase"]
             workers = [mib(max(p["workers"].get(a, {}).get("peak_rss", 0) for p in phases))
@@ -605,7 +644,8 @@ def record_scale(args: argparse.Namespace, sizes: list[int], results: dict) -> N
                      f"{mib(max(p['driver_peak_rss'] for p in phases))}",
                      f"{disk}; memory spill {mib(spill)}",
                      str(r["worker_processes"] - args.workers)]
-        g = growth(results, kind, sizes, "run_s") if docs == max(sizes) != min(sizes) else None
+        key = "wall" if kind == "pandas" else "run_s"
+        g = growth(results, kind, sizes, key) if docs == max(sizes) != min(sizes) else None
         append_row("Deduplication: scale", [
             "date", "command", "setup", "workflow", "docs", "time", "precision / recall",
             "peak RSS MiB", "P2P shuffle to disk MiB per phase", "workers restarted",
@@ -627,8 +667,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=16, help="input files (default 16)")
     parser.add_argument("--docs-per-file", type=int, default=20_000,
                         help="scale: documents per JSONL file (default 20,000, about 30 MB)")
-    parser.add_argument("--workflows", nargs="+", choices=["exact", "fuzzy"],
-                        default=["exact", "fuzzy"], help="scale: the workflows to run")
+    parser.add_argument("--workflows", nargs="+", choices=["exact", "fuzzy", "pandas"],
+                        default=["exact", "fuzzy"], help="scale: the workflows to run "
+                        "(pandas: the single-process md5 group-by exact is compared with)")
     parser.add_argument("--keep-outputs", action="store_true",
                         help="scale: keep each run's outputs and cache (default: removed)")
     parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
