@@ -168,8 +168,11 @@ def test_a_host_lost_mid_shuffle_gives_the_clean_runs_outputs(kind, corpus, clea
         kwargs = {"cores": 1, "memory": "2GB", "processes": 1, "queue": "debug",
                   "walltime": "00:15:00", **network_kwargs(dashboard_address=None),
                   "log_directory": str(logs), "python": sys.executable}
+        # exact's ids would be grouped in memory (they fit): the P2P shuffle between hosts
+        # is what loses a host here
         with dask.config.set({"distributed.deploy.lost-worker-timeout": "2s",
-                              "curator-dask.slurm.watchdog-interval": 1}), \
+                              "curator-dask.slurm.watchdog-interval": 1,
+                              "curator-dask.dedup.exact-in-memory-fraction": 0}), \
                 DaskExecutor(cluster="slurm", jobs=3, progress=False,
                              cluster_kwargs=kwargs) as executor:
             handle, client = executor.cluster, executor.start()
