@@ -65,6 +65,9 @@ def test_nemo_readers_generate_then_assign_ids_on_dask(tmp_path, executor, filet
     from curator_dask.nemo.ids import target
 
     # redirected while the executor is started: a regression fails here, before Ray could start
+    # (started here: the shared executor starts on first use, and a module run before this one
+    # in the same process may have closed its cluster, no_shared_cluster)
+    executor.start()
     assert target("create_id_generator_actor") is ours.create_id_generator_actor
     state = tmp_path / "ids.json"
     create_id_generator_actor()  # NeMo's function, imported before any DaskExecutor existed
