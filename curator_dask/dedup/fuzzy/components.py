@@ -179,19 +179,11 @@ def read_edges(paths: list[str], storage_options: dict[str, Any] | None = None,
             sizes.append(pq.read_metadata(f).num_rows)
     # filled in place: one copy of the edges in memory, not the files' plus a concatenation
     x, y = np.empty(sum(sizes), dtype=np.int64), np.empty(sum(sizes), dtype=np.int64)
-    columns = [EDGE_X, EDGE_Y] + ([JACCARD_FIELD] if threshold is not None else [])
     filled = 0
-    for path in paths:
-        with fsspec.open(path, "rb", **opts) as f:
-            table = pq.read_table(f, columns=columns)
-        keep = (table.column(JACCARD_FIELD).to_numpy() >= threshold if threshold is not None
-                else slice(None))
-        part_x = table.column(EDGE_X).to_numpy()[keep]
-        part_y = table.column(EDGE_Y).to_numpy()[keep]
+    for part_x, part_y in _edge_batches(paths, storage_options, threshold, 1 << 20):
         x[filled:filled + len(part_x)] = part_x
         y[filled:filled + len(part_y)] = part_y
         filled += len(part_x)
-        del table
     return x[:filled], y[:filled]
 
 
